@@ -1,0 +1,193 @@
+"""The ``pixfeed`` command: sample, pack, info, demo (and the commands listed in COMMANDS)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import PixfeedError
+
+# modules that add a subcommand with add_command(subparsers); one line per command
+COMMANDS: list = []
+
+
+def _pack_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", default="mmap", help="mmap, lmdb, hdf5 or wds (default: mmap)")
+    p.add_argument("--store", choices=("pixels", "encoded"),
+                   help="pixels: decoded uint8 RGB (default for mmap); encoded: the image files' bytes (default otherwise)")
+    p.add_argument("--size", default="256", help="pixels mode: output size S or HxW (default 256)")
+    p.add_argument("--resize", default="crop", choices=("crop", "pad", "stretch"),
+                   help="pixels mode: short side to S then center crop (crop), letterbox (pad) or stretch")
+    p.add_argument("--max-side", type=int, help="encoded mode: re-encode images larger than N pixels to JPEG")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality for --max-side (default 90)")
+    p.add_argument("--ext", help="comma-separated extensions to pack (default jpg,jpeg,png, any case)")
+    p.add_argument("--workers", type=int, help="pack processes (default: the CPUs this process may use)")
+    p.add_argument("--on-error", default="fail", choices=("fail", "skip"),
+                   help="fail: stop at the first bad image; skip: pack the rest and list what was skipped")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DST (only once the new pack succeeds)")
+    p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
+    p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
+    p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")
+    p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
+    p.add_argument("--seed", type=int, default=0, help="wds: seed of the pre-shard shuffle (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="wds: keep source order")
+    p.add_argument("--compression", choices=("lzf", "gzip"), help="hdf5: compress pixel chunks")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+
+
+def _pack_options(args) -> dict:
+    keys = ("store", "size", "resize", "max_side", "quality", "ext", "workers", "on_error", "overwrite",
+            "max_pixels", "full_check", "shard_size", "shard_bytes", "seed", "shuffle", "compression")
+    return {k: getattr(args, k) for k in keys}
+
+
+def _progress(args) -> bool:
+    return not args.quiet and sys.stderr.isatty()
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return str(n)
+
+
+def cmd_pack(args) -> int:
+    from .packers import pack
+
+    start = time.perf_counter()
+    m = pack(args.src, args.dst, args.format, progress=_progress(args), **_pack_options(args))
+    if not args.quiet:
+        for note in m["notes"]:
+            print(f"note: {note}", file=sys.stderr)
+        for s in m["skipped"]:
+            print(f"skipped: {s['path']}: {s['reason']}", file=sys.stderr)
+        secs = time.perf_counter() - start
+        stats = m["stats"]
+        print(f"packed {m['count']} images ({_human(stats['stored_bytes'])} stored from {_human(stats['source_bytes'])}"
+              f" of source files, {len(m['skipped'])} skipped) into {args.dst} as {m['format']}/{m['store']} "
+              f"in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .manifest import read_manifest
+
+    m = read_manifest(args.path)
+    if args.json:
+        print(json.dumps(m, indent=1, ensure_ascii=False))
+        return 0
+    total = sum(f["bytes"] for f in m["files"].values())
+    classes = m["classes"]
+    rows = [("format", f"{m['format']} (layout version {m['layout_version']})"),
+            ("records", m["count"]),
+            ("store", m["store"] + (f", {m['shape'][0]}x{m['shape'][1]} RGB" if m["shape"] else "")),
+            ("classes", "none (flat source)" if classes is None else
+             f"{len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"),
+            ("files", f"{len(m['files'])}, {_human(total)}"),
+            ("checksum", m["checksum"]),
+            ("skipped", len(m["skipped"])),
+            ("created", f"{m['created']} by pixfeed {m['pixfeed_version']}")]
+    if m.get("shards"):
+        rows.insert(5, ("shards", len(m["shards"])))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def cmd_sample(args) -> int:
+    from .sample import make_sample
+
+    make_sample(args.dir, args.count, args.seed)
+    if not args.quiet:
+        print(f"wrote {args.count} images to {args.dir}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """Make a sample, pack it to mmap, read it back through a DataLoader, print a summary."""
+    import torch
+
+    from .datasets import MmapImageDataset
+    from .packers import pack
+    from .sample import make_sample
+
+    work = Path(args.out or tempfile.mkdtemp(prefix="pixfeed-demo-"))
+    src, dst = work / "sample", work / "packed-mmap"
+    make_sample(src, args.count)
+    print(f"1. wrote {args.count} synthetic images to {src}")
+    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=_progress(args))
+    print(f"2. packed them to {dst}: {m['count']} records, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
+    ds = MmapImageDataset(dst)
+    loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
+    start, n, checksum = time.perf_counter(), 0, 0
+    for images, labels in loader:
+        n += len(images)
+        checksum += int(images[:, :, 0, 0].sum())
+    secs = time.perf_counter() - start
+    print(f"3. read {n} images back through a DataLoader: batches of {tuple(images.shape[1:])} {images.dtype}, "
+          f"{len(ds.classes)} classes, {n / secs:.0f} images/s")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pixfeed", description="Pack image folders into fast formats and feed them to GPUs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("pack", help="pack an image folder into a dataset")
+    p.add_argument("src", help="image folder: root/<class>/<img> or flat")
+    p.add_argument("dst", help="output dataset directory")
+    _pack_arguments(p)
+    p.set_defaults(func=cmd_pack)
+
+    p = sub.add_parser("info", help="describe a packed dataset")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("sample", help="write a synthetic photo-like ImageFolder sample")
+    p.add_argument("dir")
+    p.add_argument("--count", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("demo", help="sample -> pack (mmap) -> DataLoader, with a summary")
+    p.add_argument("--out", help="working folder (default: a new temporary folder)")
+    p.add_argument("--count", type=int, default=200)
+    p.add_argument("--size", default="224")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_demo)
+
+    for spec in COMMANDS:
+        module, _, name = spec.partition(":")
+        getattr(importlib.import_module(module), name)(sub)
+    return parser
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.func(args)
+    except PixfeedError as e:
+        print(f"pixfeed: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pixfeed: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""What every pixfeed dataset shares: the manifest-only constructor, lazy
+per-process handles, checksum checks on read, and turning stored records into
+``(image, label)``.
+
+* Constructing a dataset reads only ``pixfeed.json``.  Data files are opened
+  on first access in each process (the owning pid is kept beside the handle),
+  and ``__getstate__`` drops the handle, so datasets pickle and fork safely.
+* Every record's stored bytes are checked against their xxh3_64 checksum
+  before use (``verify=False`` skips it); a mismatch raises CorruptDataError
+  naming the dataset, record index and key.
+* ``image`` is a uint8 CHW RGB tensor; ``size=`` and ``crop=`` ("center" or
+  "random": random-resized crop + horizontal flip drawn from torch's RNG)
+  give every image one shape; ``transform`` is applied last.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from ..checksum import record_hash
+from ..decode import CROP_MODES, decode, parse_size, random_resized_crop
+from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
+from ..manifest import read_manifest
+
+
+class ImageRecords:
+    """Manifest, handle management and record decoding (no torch Dataset base)."""
+    format = ""
+
+    def __init__(self, path, transform=None, *, size=None, crop: str = "center", verify: bool = True):
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        if self.manifest["format"] != self.format:
+            raise DatasetError(f"{self.path}: is a {self.manifest['format']!r} dataset, not {self.format!r}; "
+                               "use pixfeed.open_dataset(path) to open any format")
+        if crop not in CROP_MODES:
+            raise OptionError(f"crop {crop!r}: expected one of {', '.join(CROP_MODES)}")
+        if crop == "random" and size is None:
+            raise OptionError("crop='random' needs size=, the output size of the random-resized crop")
+        self.transform, self.size, self.crop, self.verify = transform, parse_size(size), crop, verify
+        self.classes: Optional[List[str]] = self.manifest["classes"]
+        self.store: str = self.manifest["store"]
+        self._handle, self._pid, self._keys = None, None, None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_handle=None, _pid=None, _keys=None)
+        return state
+
+    def __len__(self) -> int:
+        return self.manifest["count"]
+
+    @property
+    def handle(self):
+        """The format's open data handle, opened once per process."""
+        if self._pid != os.getpid():
+            self._handle = None
+            self._check_files()
+            self._handle = self._open()
+            self._pid = os.getpid()
+        return self._handle
+
+    def _open(self):
+        raise NotImplementedError
+
+    def _check_files(self) -> None:
+        for name, meta in self.manifest["files"].items():
+            p = self.path / name
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                raise DatasetNotFoundError(f"{p}: data file missing from the {self.format} dataset {self.path}") from None
+            if size != meta["bytes"]:
+                raise CorruptDataError(f"{p}: {size} bytes, but the manifest records {meta['bytes']}; the file is "
+                                       f"truncated or damaged (run 'pixfeed verify {self.path}')")
+
+    def key(self, i: int) -> str:
+        if self._keys is None:
+            self._keys = json.loads((self.path / self.manifest["keys_file"]).read_text(encoding="utf-8"))
+        return self._keys[i]
+
+    def where(self, i: int) -> str:
+        try:
+            return f"{self.path}: record {i} (key {self.key(i)!r})"
+        except (OSError, ValueError, IndexError):
+            return f"{self.path}: record {i}"
+
+    def check(self, data, expected: int, i: int) -> None:
+        """Raise CorruptDataError unless ``data`` hashes to ``expected`` (when verify is on)."""
+        if self.verify and record_hash(data) != int(expected):
+            raise CorruptDataError(f"{self.where(i)}: stored bytes fail their xxh3_64 checksum (damaged data); "
+                                   f"run 'pixfeed verify {self.path}'")
+
+    @property
+    def stored_shape(self) -> Optional[Tuple[int, int, int]]:
+        shape = self.manifest["shape"]
+        return tuple(shape) if shape else None
+
+    @property
+    def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
+        """(3, H, W) when every image comes out at one shape (before ``transform``), else None."""
+        if self.size is not None:
+            return (3, *self.size)
+        if self.stored_shape is not None:
+            return (3, *self.stored_shape[:2])
+        return None
+
+    @property
+    def cpu_bound(self) -> bool:
+        """False when reading needs no per-sample CPU work beyond a copy."""
+        return not (self.store == "pixels" and self.transform is None and self.crop == "center"
+                    and self._slice_crop() is not None)
+
+    def _slice_crop(self) -> Optional[Tuple[slice, slice]]:
+        """Center crop of stored pixels as slices, if ``size`` fits inside them (else None)."""
+        h, w = self.stored_shape[:2]
+        H, W = self.size or (h, w)
+        if H > h or W > w:
+            return None
+        return slice((h - H) // 2, (h - H) // 2 + H), slice((w - W) // 2, (w - W) // 2 + W)
+
+    def pixels(self, stored, i: int) -> np.ndarray:
+        """Stored record -> HxWx3 uint8 array at the requested size and crop."""
+        if self.store == "encoded":
+            return decode(bytes(stored), size=self.size, crop=self.crop, rng=_torch_rng(), where=self.where(i))
+        if self.crop == "random":
+            from PIL import Image
+            return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, _torch_rng()))
+        crop = self._slice_crop()
+        if crop is not None:
+            return stored[crop]
+        from PIL import Image
+        from ..decode import resize
+        return np.asarray(resize(Image.fromarray(np.asarray(stored)), self.size, "crop"))
+
+    def sample(self, stored, label, i: int):
+        img = self.pixels(stored, i)
+        tensor = torch.from_numpy(img if img.flags.writeable else img.copy()).permute(2, 0, 1)
+        if self.transform is not None:
+            tensor = self.transform(tensor)
+        return tensor, int(label)
+
+
+def _torch_rng() -> np.random.Generator:
+    """A NumPy generator drawn from torch's RNG, so DataLoader worker seeding governs it."""
+    return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+
+
+class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
+    """Map-style pixfeed dataset.  Formats implement ``_open`` and ``_read``."""
+
+    def _read(self, indices: np.ndarray):
+        """Return (stored records, labels, checksums) for ``indices``: one
+        transaction or slice per batch where the format allows it."""
+        raise NotImplementedError
+
+    def _indices(self, indices: Sequence[int]) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            bad = idx[(idx < -n) | (idx >= n)][0]
+            raise IndexError(f"{self.path}: index {bad} out of range for a dataset of {n} records")
+        return np.where(idx < 0, idx + n, idx)
+
+    def _checked(self, indices: Sequence[int]):
+        idx = self._indices(indices)
+        stored, labels, checksums = self._read(idx)
+        for rec, expected, i in zip(stored, checksums, idx):
+            self.check(rec, expected, int(i))
+        return idx, stored, labels
+
+    def __getitem__(self, i: int):
+        idx, stored, labels = self._checked([i])
+        return self.sample(stored[0], labels[0], int(idx[0]))
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        idx, stored, labels = self._checked(indices)
+        return [self.sample(s, l, int(i)) for s, l, i in zip(stored, labels, idx)]
+
+    def get_batch(self, indices: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels)."""
+        shape = self.fixed_shape
+        if shape is None:
+            raise DatasetError(f"{self.path}: images have different sizes; pass size= to get batches")
+        idx, stored, labels = self._checked(indices)
+        if isinstance(stored, np.ndarray) and not self.cpu_bound:
+            rows, cols = self._slice_crop()
+            batch = stored[:, rows, cols]
+            if self.size is not None:
+                batch = np.ascontiguousarray(batch)
+        else:
+            batch = np.empty((len(idx), shape[1], shape[2], 3), dtype=np.uint8)
+            for j, (s, i) in enumerate(zip(stored, idx)):
+                batch[j] = self.pixels(s, int(i))
+        images = torch.from_numpy(batch).permute(0, 3, 1, 2)
+        if self.transform is not None:
+            images = torch.stack([self.transform(x) for x in images])
+        return images, torch.from_numpy(np.asarray(labels, dtype=np.int64))

@@ -1,0 +1,10 @@
+"""``open_dataset(path)``: the right reader for a packed dataset, from its manifest."""
+from __future__ import annotations
+
+from ..manifest import read_manifest
+from ..registry import reader_class
+
+
+def open_dataset(path, transform=None, **kwargs):
+    """Open any pixfeed dataset; keyword arguments go to the reader (size=, crop=, verify=, ...)."""
+    return reader_class(read_manifest(path)["format"])(path, transform, **kwargs)

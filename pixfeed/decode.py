@@ -1,0 +1,206 @@
+"""The one place where stored bytes become pixels.
+
+Rules, the same at pack time (``--store pixels``) and at read time (encoded):
+
+1. Only the JPEG and PNG decoders are ever run, chosen from the file's magic
+   bytes, never from its name or from anything a dataset says.
+2. Pillow's decompression-bomb limit stays on (``max_pixels``, default
+   ``PIL.Image.MAX_IMAGE_PIXELS``); larger images raise ImageDecodeError.
+3. EXIF orientation (tags 2-8) is applied (``ImageOps.exif_transpose``).
+4. Conversion to RGB: grayscale is replicated to three channels; palette
+   images are expanded; alpha is dropped (colour channels kept as stored, as
+   ``PIL.Image.convert("RGB")`` and torchvision's ImageFolder do); CMYK and
+   YCCK JPEGs go through Pillow's CMYK->RGB conversion; 16-bit images keep
+   their high byte (``v >> 8``).
+5. Resizing uses Pillow's antialiased bilinear filter:
+   ``crop``    scale so the image covers HxW (short side to S), then center crop;
+   ``pad``     scale so the image fits in HxW, center it on black;
+   ``stretch`` scale to exactly HxW.
+   The output is a C-contiguous uint8 array of shape H x W x 3.
+"""
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from typing import Optional, Tuple
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from .errors import ImageDecodeError, OptionError
+
+FORMATS = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG\r\n\x1a\n"}
+EXTENSIONS = {"JPEG": "jpg", "PNG": "png"}
+RESIZE_MODES = ("crop", "pad", "stretch")
+CROP_MODES = ("center", "random")
+Size = Tuple[int, int]
+
+
+def sniff(data: bytes) -> Optional[str]:
+    """The image format named by the magic bytes ("JPEG" or "PNG"), else None."""
+    for name, magic in FORMATS.items():
+        if data[: len(magic)] == magic:
+            return name
+    return None
+
+
+def parse_size(value) -> Optional[Size]:
+    """``256`` or ``"256"`` -> (256, 256); ``"224x192"`` -> (224, 192) as (H, W)."""
+    if value is None or isinstance(value, tuple):
+        return value
+    text = str(value).lower()
+    try:
+        parts = [int(p) for p in text.split("x")] if "x" in text else [int(text)] * 2
+    except ValueError:
+        parts = []
+    if len(parts) != 2 or min(parts) < 1:
+        raise OptionError(f"size {value!r}: expected a positive integer S or HxW, e.g. 256 or 224x192")
+    return parts[0], parts[1]
+
+
+def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Image.Image:
+    """Open JPEG/PNG bytes with Pillow, enforcing the format allow-list and the bomb limit."""
+    if not data:
+        raise ImageDecodeError(f"{where}: empty file (0 bytes)")
+    fmt = sniff(data)
+    if fmt is None:
+        raise ImageDecodeError(f"{where}: not a JPEG or PNG file (starts with {bytes(data[:8])!r})")
+    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data), formats=[fmt])
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        if limit is None or limit > (Image.MAX_IMAGE_PIXELS or 0):
+            img = _open_unbounded(data, fmt, where)
+        else:
+            raise ImageDecodeError(f"{where}: {e}; raise the limit with --max-pixels if the image is trusted") from None
+    except Exception as e:  # Pillow raises many types on bad headers
+        raise ImageDecodeError(f"{where}: cannot read {fmt} header ({type(e).__name__}: {e})") from None
+    w, h = img.size
+    if limit is not None and w * h > limit:
+        raise ImageDecodeError(f"{where}: {w}x{h} = {w * h} pixels exceeds the decompression-bomb limit of "
+                               f"{limit} pixels; raise it with --max-pixels if the image is trusted")
+    return img
+
+
+def _open_unbounded(data: bytes, fmt: str, where: str) -> Image.Image:
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        return Image.open(io.BytesIO(data), formats=[fmt])
+    except Exception as e:
+        raise ImageDecodeError(f"{where}: cannot read {fmt} header ({type(e).__name__}: {e})") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
+
+
+def to_rgb(img: Image.Image, where: str) -> Image.Image:
+    """Load, apply EXIF orientation and convert to RGB by the rules above."""
+    try:
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+            arr = np.asarray(img).astype(np.int64)
+            img = Image.fromarray(np.clip(arr >> 8, 0, 255).astype(np.uint8), "L")
+        elif img.mode == "F":
+            img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
+        return img if img.mode == "RGB" else img.convert("RGB")
+    except ImageDecodeError:
+        raise
+    except Exception as e:
+        raise ImageDecodeError(f"{where}: cannot decode image ({type(e).__name__}: {e})") from None
+
+
+def _crop_box(w: int, h: int, size: Size, mode: str) -> Tuple[int, int]:
+    """Resized (w, h) before cropping or padding."""
+    H, W = size
+    scale = (max if mode == "crop" else min)(H / h, W / w)
+    return max(1, round(w * scale)), max(1, round(h * scale))
+
+
+def resize(img: Image.Image, size: Size, mode: str = "crop") -> Image.Image:
+    """Resize an RGB image to exactly ``size`` (H, W) by ``mode``."""
+    if mode not in RESIZE_MODES:
+        raise OptionError(f"resize mode {mode!r}: expected one of {', '.join(RESIZE_MODES)}")
+    H, W = size
+    if img.size == (W, H):
+        return img
+    if mode == "stretch":
+        return img.resize((W, H), Image.BILINEAR)
+    rw, rh = _crop_box(*img.size, size, mode)
+    scaled = img if (rw, rh) == img.size else img.resize((rw, rh), Image.BILINEAR)
+    if mode == "crop":
+        left, top = (rw - W) // 2, (rh - H) // 2
+        return scaled.crop((left, top, left + W, top + H))
+    canvas = Image.new("RGB", (W, H))
+    canvas.paste(scaled, ((W - rw) // 2, (H - rh) // 2))
+    return canvas
+
+
+def random_resized_crop(img: Image.Image, size: Size, rng: np.random.Generator,
+                        scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> Image.Image:
+    """Inception-style random-resized crop plus a horizontal flip with probability 1/2."""
+    w, h = img.size
+    area = w * h
+    box = None
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
+        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+        if 0 < cw <= w and 0 < ch <= h:
+            x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+            box = (x, y, x + cw, y + ch)
+            break
+    if box is None:  # fall back to the largest center crop within the ratio bounds
+        cw, ch = min(w, round(h * ratio[1])), min(h, round(w / ratio[0]))
+        box = ((w - cw) // 2, (h - ch) // 2, (w - cw) // 2 + cw, (h - ch) // 2 + ch)
+    out = img.resize((size[1], size[0]), Image.BILINEAR, box=box)
+    return out.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else out
+
+
+def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop", crop: str = "center",
+           rng: Optional[np.random.Generator] = None, where: str = "<bytes>",
+           max_pixels: Optional[int] = None) -> np.ndarray:
+    """Decode JPEG/PNG bytes to a C-contiguous uint8 HxWx3 RGB array (possibly read-only).
+
+    ``size`` None keeps the decoded size.  ``crop="random"`` (training) takes a
+    random-resized crop and flip drawn from ``rng`` instead of ``resize_mode``.
+    """
+    img = to_rgb(open_image(data, where, max_pixels), where)
+    if size is not None:
+        if crop == "random":
+            img = random_resized_crop(img, size, rng if rng is not None else np.random.default_rng())
+        elif crop == "center":
+            img = resize(img, size, resize_mode)
+        else:
+            raise OptionError(f"crop {crop!r}: expected one of {', '.join(CROP_MODES)}")
+    return np.asarray(img, dtype=np.uint8)
+
+
+def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, full: bool = False) -> Tuple[str, Size]:
+    """Cheap validity check of encoded bytes; returns (format, (H, W) after orientation).
+
+    Reads the header, applies the bomb limit, checks that a JPEG ends with its
+    EOI marker and that a PNG's chunk CRCs are intact up to IEND.  ``full``
+    decodes every pixel as well.
+    """
+    img = open_image(data, where, max_pixels)
+    fmt = img.format
+    if full:
+        arr = decode(data, where=where, max_pixels=max_pixels)
+        return fmt, arr.shape[:2]
+    w, h = img.size
+    orientation = img.getexif().get(0x0112, 1)
+    if orientation in (5, 6, 7, 8):
+        w, h = h, w
+    if fmt == "JPEG":
+        if data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+            raise ImageDecodeError(f"{where}: truncated JPEG (no end-of-image marker)")
+    else:
+        try:
+            open_image(data, where, max_pixels).verify()
+        except Exception as e:
+            raise ImageDecodeError(f"{where}: damaged PNG ({type(e).__name__}: {e})") from None
+    return fmt, (h, w)

@@ -1,0 +1,34 @@
+"""Error types. Every pixfeed error names the file, record or option at fault.
+
+Each error also derives from the matching builtin so callers can catch either
+(``except FileNotFoundError`` keeps working).
+"""
+from __future__ import annotations
+
+
+class PixfeedError(Exception):
+    """Base class of every error pixfeed raises on purpose."""
+
+
+class SourceError(PixfeedError, ValueError):
+    """The source folder or one of its images is unusable."""
+
+
+class OptionError(PixfeedError, ValueError):
+    """An option has a value pixfeed cannot use."""
+
+
+class DatasetError(PixfeedError, ValueError):
+    """A packed dataset is not one pixfeed can read (missing or unknown manifest)."""
+
+
+class DatasetNotFoundError(DatasetError, FileNotFoundError):
+    """A packed dataset or one of its files is missing."""
+
+
+class CorruptDataError(DatasetError):
+    """Stored bytes do not match their checksum, or a record cannot be parsed."""
+
+
+class ImageDecodeError(SourceError):
+    """Bytes that should hold an image cannot be decoded safely."""

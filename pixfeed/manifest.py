@@ -1,0 +1,112 @@
+"""The manifest ``pixfeed.json``: the contract between packers and readers.
+
+It is written last, to a temporary name, and renamed into place, so a
+directory with a manifest is a finished dataset.  Fields::
+
+    magic            "pixfeed-dataset"
+    layout_version   integer; readers refuse versions they do not know
+    format           "mmap" | "lmdb" | "hdf5" | "wds"
+    count            number of records
+    classes          sorted class names, or null for a flat source
+    store            "pixels" (decoded uint8 RGB, HxWx3) | "encoded" (image file bytes)
+    shape            [H, W, 3] in pixels mode, else null
+    checksum         "xxh3_64"
+    keys_file        "keys.json": JSON list of record keys in record order
+    files            {relative path: {"bytes": int, "xxh3_64": hex}} for every data file
+    shards           (wds only) [{"name", "count", "bytes", "xxh3_64"}]
+    skipped          [{"path", "reason"}] files left out under --on-error skip
+    options          the pack options used
+    pixfeed_version, created
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import DatasetError, DatasetNotFoundError
+
+MANIFEST_NAME = "pixfeed.json"
+KEYS_NAME = "keys.json"
+MAGIC = "pixfeed-dataset"
+LAYOUT_VERSION = 1
+FORMATS = ("mmap", "lmdb", "hdf5", "wds")
+STORES = ("pixels", "encoded")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to ``path`` through a temporary sibling and ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_manifest(root: Path, manifest: dict) -> None:
+    validate(manifest, root / MANIFEST_NAME)
+    write_json_atomic(root / MANIFEST_NAME, manifest)
+
+
+def read_manifest(root: str | os.PathLike) -> dict:
+    """Read and validate ``root/pixfeed.json``; raise a clear DatasetError otherwise."""
+    root = Path(root)
+    path = root / MANIFEST_NAME
+    if not root.exists():
+        raise DatasetNotFoundError(f"{root}: no such dataset directory")
+    if not root.is_dir():
+        raise DatasetError(f"{root}: not a directory; a pixfeed dataset is a directory holding {MANIFEST_NAME}")
+    if not path.is_file():
+        raise DatasetError(f"{root}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with 'pixfeed pack'")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DatasetError(f"{path}: manifest is not valid JSON ({e})") from None
+    validate(manifest, path)
+    return manifest
+
+
+def parse_manifest(text: str | bytes, where: str = MANIFEST_NAME) -> dict:
+    """Parse manifest text; used by read_manifest and by the property tests."""
+    try:
+        manifest = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise DatasetError(f"{where}: manifest is not valid JSON ({e})") from None
+    validate(manifest, where)
+    return manifest
+
+
+def _require(cond: bool, where: object, msg: str) -> None:
+    if not cond:
+        raise DatasetError(f"{where}: {msg}")
+
+
+def validate(m: Any, where: object) -> None:
+    """Check the fields every reader relies on, with the offending field named."""
+    _require(isinstance(m, dict) and m.get("magic") == MAGIC, where, f"not a pixfeed manifest (no \"magic\": \"{MAGIC}\")")
+    v = m.get("layout_version")
+    _require(isinstance(v, int) and not isinstance(v, bool), where, f"layout_version {v!r} is not an integer")
+    _require(v == LAYOUT_VERSION, where,
+             f"layout_version {v} is not supported by this pixfeed (it reads version {LAYOUT_VERSION}); "
+             "upgrade pixfeed or re-pack the dataset")
+    _require(m.get("format") in FORMATS, where, f"unknown format {m.get('format')!r}; expected one of {', '.join(FORMATS)}")
+    _require(m.get("store") in STORES, where, f"unknown store {m.get('store')!r}; expected one of {', '.join(STORES)}")
+    n = m.get("count")
+    _require(isinstance(n, int) and not isinstance(n, bool) and n >= 0, where, f"count {n!r} is not a non-negative integer")
+    classes = m.get("classes")
+    _require(classes is None or (isinstance(classes, list) and all(isinstance(c, str) for c in classes)),
+             where, "classes must be null or a list of strings")
+    shape = m.get("shape")
+    if m["store"] == "pixels":
+        _require(isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
+                 and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape),
+                 where, f"shape {shape!r} must be [H, W, 3] with positive integers in pixels mode")
+    files = m.get("files")
+    _require(isinstance(files, dict), where, "files must be an object")
+    for name, meta in files.items():
+        _require(isinstance(name, str) and name and not os.path.isabs(name) and ".." not in Path(name).parts,
+                 where, f"file name {name!r} must be a relative path inside the dataset")
+        _require(isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("xxh3_64"), str),
+                 where, f"files[{name!r}] must have integer 'bytes' and string 'xxh3_64'")

@@ -1,0 +1,318 @@
+"""The pack pipeline shared by every format.
+
+A pack is planned as independent *tasks*, each a disjoint slice of the
+source; a task reads its images, turns them into records and hands them to
+the format's writer, which writes that task's own part of the output (rows of
+a pre-sized array, a part file, a shard).  Tasks run in a process pool; only
+small metadata (checksums, shapes, skipped files) comes back through pipes.
+
+Output goes to a hidden temporary sibling of DST (``.DST.pixfeed-tmp-PID``)
+and is renamed into place after the manifest is written, so a failed,
+interrupted or killed pack never leaves a directory that looks valid; stale
+temporary directories of dead processes are removed by the next pack.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, List, Optional, Union
+
+import numpy as np
+from PIL import Image
+
+from .. import __version__
+from ..checksum import ALGORITHM, file_hash, record_hash
+from ..decode import EXTENSIONS, check_encoded, decode, parse_size, sniff
+from ..errors import OptionError, SourceError
+from ..loaders.cpus import available_cpus
+from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
+from ..source import Source, scan
+
+log = logging.getLogger(__name__)
+ON_ERROR = ("fail", "skip")
+
+
+@dataclass
+class PackOptions:
+    store: Optional[str] = None          # "pixels" | "encoded"; None = the format's default
+    size: object = 256                   # pixels mode: S or "HxW"
+    resize: str = "crop"                 # crop | pad | stretch
+    max_side: Optional[int] = None       # encoded mode: re-encode larger images to JPEG
+    quality: int = 90
+    ext: Optional[str] = None
+    workers: Optional[int] = None
+    on_error: str = "fail"
+    overwrite: bool = False
+    max_pixels: Optional[int] = None     # decompression-bomb limit; None = Pillow's
+    full_check: bool = False             # encoded mode: decode every image while packing
+    shard_size: Optional[int] = None     # wds
+    shard_bytes: Optional[int] = None    # wds
+    shuffle: bool = True                 # wds
+    seed: int = 0                        # wds
+    compression: Optional[str] = None    # hdf5
+    extra: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.store not in ("pixels", "encoded"):
+            raise OptionError(f"--store {self.store!r}: expected pixels or encoded")
+        if self.on_error not in ON_ERROR:
+            raise OptionError(f"--on-error {self.on_error!r}: expected fail or skip")
+        if self.workers is not None and self.workers < 1:
+            raise OptionError(f"--workers {self.workers}: must be at least 1")
+        if self.max_side is not None and self.max_side < 1:
+            raise OptionError(f"--max-side {self.max_side}: must be a positive number of pixels")
+        if not 1 <= self.quality <= 100:
+            raise OptionError(f"--quality {self.quality}: must be between 1 and 100")
+        self.size = parse_size(self.size) if self.store == "pixels" else None
+
+
+@dataclass
+class Record:
+    """One sample on its way to a writer."""
+    index: int                      # index in the source order
+    key: str
+    label: int
+    data: Union[bytes, np.ndarray]  # encoded bytes, or HxWx3 uint8 pixels
+    encoding: str                   # "raw" (pixels), "jpeg" or "png"
+    shape: tuple                    # (H, W) of the decoded image
+    checksum: int                   # xxh3_64 of the stored bytes
+
+
+@dataclass
+class TaskResult:
+    task: int
+    kept: List[int] = field(default_factory=list)
+    checksums: List[int] = field(default_factory=list)
+    shapes: List[tuple] = field(default_factory=list)
+    stored_bytes: int = 0
+    skipped: List[dict] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    extra: object = None
+
+
+class Writer:
+    """A format's writer.  Subclasses implement the hooks; ``pack`` runs them.
+
+    ``begin`` and ``finish`` run in the main process; ``write_task`` runs in a
+    worker, consumes the task's records and writes the task's own output.
+    """
+    format = ""
+    default_store = "encoded"
+
+    def __init__(self, root: Path, source: Source, opts: PackOptions):
+        self.root, self.source, self.opts = root, source, opts
+
+    def plan(self, workers: int) -> List[np.ndarray]:
+        n = len(self.source)
+        ntasks = min(n, max(workers * 4, -(-n // 512)))
+        return np.array_split(np.arange(n), ntasks)
+
+    def begin(self, tasks: List[np.ndarray]) -> None:
+        pass
+
+    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> object:
+        raise NotImplementedError
+
+    def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
+        """Write the remaining files; return extra manifest fields."""
+        raise NotImplementedError
+
+
+def load_record(source: Source, i: int, opts: PackOptions, notes: List[str]) -> Record:
+    """Read source image ``i`` and turn it into a record (raises SourceError)."""
+    path = source.root / source.paths[i]
+    where = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise SourceError(f"{where}: cannot read ({e.strerror or e})") from None
+    if opts.store == "pixels":
+        arr = np.ascontiguousarray(decode(data, size=opts.size, resize_mode=opts.resize, where=where,
+                                          max_pixels=opts.max_pixels))
+        return Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr))
+    fmt, shape = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
+        notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
+    if opts.max_side and max(shape) > opts.max_side:
+        data, shape = _reencode(data, where, opts)
+        fmt = "JPEG"
+    return Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape), record_hash(data))
+
+
+def _reencode(data: bytes, where: str, opts: PackOptions):
+    import io
+    arr = decode(data, where=where, max_pixels=opts.max_pixels)
+    h, w = arr.shape[:2]
+    scale = opts.max_side / max(h, w)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    buf = io.BytesIO()
+    Image.fromarray(arr).resize(size, Image.BILINEAR).save(buf, "JPEG", quality=opts.quality)
+    return buf.getvalue(), (size[1], size[0])
+
+
+_WRITER: Optional[Writer] = None
+
+
+def _init_worker(writer: Writer) -> None:
+    global _WRITER
+    _WRITER = writer
+
+
+def _run_task(args) -> TaskResult:
+    task, indices = args
+    w = _WRITER
+    result = TaskResult(task)
+
+    def records() -> Iterator[Record]:
+        for i in indices:
+            try:
+                rec = load_record(w.source, int(i), w.opts, result.notes)
+            except SourceError as e:
+                if w.opts.on_error == "fail":
+                    raise
+                result.skipped.append({"path": w.source.paths[i], "reason": str(e)})
+                continue
+            result.kept.append(rec.index)
+            result.checksums.append(rec.checksum)
+            result.shapes.append(rec.shape)
+            result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
+            yield rec
+
+    result.extra = w.write_task(task, indices, records())
+    return result
+
+
+def _remove_stale_tmp(dst: Path) -> None:
+    for p in dst.parent.glob(f".{dst.name}.pixfeed-*-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool) -> List[TaskResult]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
+    jobs = list(enumerate(tasks))
+    results = []
+    try:
+        if workers == 1:
+            _init_worker(writer)
+            outputs = map(_run_task, jobs)
+            pool = None
+        else:
+            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(writer,))
+            outputs = pool.imap_unordered(_run_task, jobs)
+        for r in outputs:
+            results.append(r)
+            bar.update(len(tasks[r.task]))
+        if pool is not None:
+            pool.close()
+            pool.join()
+    finally:
+        if workers > 1 and pool is not None:
+            pool.terminate()
+        bar.close()
+    return sorted(results, key=lambda r: r.task)
+
+
+def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -> dict:
+    """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
+
+    Options are the fields of PackOptions (``store``, ``size``, ``workers``,
+    ``on_error``, ``overwrite``, ...).  Raises SourceError or OptionError with
+    the file or option at fault; on any error nothing is left at ``dst``.
+    """
+    from ..registry import writer_class
+
+    cls = writer_class(format)
+    opts = PackOptions(**options)
+    opts.store = opts.store or cls.default_store
+    opts.check()
+    dst = Path(dst)
+    if dst.exists() and not opts.overwrite:
+        raise OptionError(f"destination {dst} exists; pass --overwrite (overwrite=True) to replace it")
+    source = scan(src, opts.ext)
+    if not dst.parent.is_dir():
+        raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
+    _remove_stale_tmp(dst)
+    tmp = dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
+    start = time.perf_counter()
+    try:
+        tmp.mkdir()
+        writer = cls(tmp, source, opts)
+        workers = opts.workers or available_cpus()
+        tasks = writer.plan(workers)
+        writer.begin(tasks)
+        results = _run_tasks(writer, tasks, min(workers, len(tasks)), progress)
+        kept = np.array([i for r in results for i in r.kept], dtype=np.int64)
+        skipped = [s for r in results for s in r.skipped]
+        if len(kept) == 0:
+            raise SourceError(f"source {source.root}: every image was skipped; first reason: {skipped[0]['reason']}")
+        extra = writer.finish(kept, results)
+        write_json_atomic(tmp / KEYS_NAME, [source.keys[i] for i in kept])
+        manifest = _manifest(format, source, opts, kept, results, skipped, extra, tmp)
+        manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
+                             "source_bytes": int(source.sizes.sum()),
+                             "stored_bytes": sum(r.stored_bytes for r in results)}
+        write_manifest(tmp, manifest)
+        _replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
+    files = {}
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(tmp).as_posix()
+            files[rel] = {"bytes": p.stat().st_size, "xxh3_64": file_hash(p)}
+    options = {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "workers", "extra")}
+    options["size"] = list(opts.size) if opts.size else None
+    return {
+        "magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": format,
+        "count": int(len(kept)), "classes": source.classes, "store": opts.store,
+        "shape": [*opts.size, 3] if opts.store == "pixels" else None,
+        "checksum": ALGORITHM, "keys_file": KEYS_NAME, "files": files,
+        "skipped": skipped, "notes": [n for r in results for n in r.notes],
+        "options": options, "pixfeed_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
+
+
+def _replace(tmp: Path, dst: Path) -> None:
+    """Move the finished ``tmp`` to ``dst``; an existing ``dst`` is removed only after."""
+    old = None
+    if dst.exists() or dst.is_symlink():
+        old = dst.parent / f".{dst.name}.pixfeed-old-{os.getpid()}"
+        os.rename(dst, old)
+    try:
+        os.rename(tmp, dst)
+    except BaseException:
+        if old is not None:
+            os.rename(old, dst)
+        raise
+    if old is not None:
+        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()

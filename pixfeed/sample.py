@@ -1,0 +1,55 @@
+"""A synthetic, photo-like ImageFolder sample, so the demo and benchmark need no data.
+
+Images are smooth colour gradients with blurred shapes and noise (so JPEG
+sizes and decode times resemble photos), in several sizes and aspect ratios;
+about one in eight is grayscale, one in eight an RGBA PNG, a quarter PNG.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+CLASSES = ("bird", "boat", "cat", "dog", "flower", "fruit", "house", "tree")
+SIZES = ((375, 500), (500, 375), (333, 500), (480, 640), (256, 256), (600, 400))
+
+
+def _image(rng: np.random.Generator, h: int, w: int) -> Image.Image:
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    base = rng.uniform(0, 255, 3)
+    slope = rng.uniform(-0.4, 0.4, (2, 3))
+    arr = base + x[..., None] * slope[0] + y[..., None] * slope[1]
+    img = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(img)
+    for _ in range(int(rng.integers(4, 12))):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        r = int(rng.integers(10, max(11, min(h, w) // 3)))
+        fill = tuple(int(c) for c in rng.integers(0, 256, 3))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)((x0 - r, y0 - r, x0 + r, y0 + r), fill=fill)
+    img = img.filter(ImageFilter.GaussianBlur(float(rng.uniform(0.5, 2.5))))
+    noise = rng.normal(0, 6, (h, w, 3))
+    return Image.fromarray(np.clip(np.asarray(img) + noise, 0, 255).astype(np.uint8), "RGB")
+
+
+def make_sample(root, count: int = 200, seed: int = 0) -> Path:
+    """Write ``count`` images into ``root/<class>/img_NNNNN.{jpg,png}``; return root."""
+    root = Path(root)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        cls = CLASSES[i % len(CLASSES)]
+        h, w = SIZES[int(rng.integers(len(SIZES)))]
+        img = _image(rng, h, w)
+        kind = i % 8
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        if kind == 1:
+            img.convert("L").save(root / cls / f"img_{i:05d}.jpg", quality=90)
+        elif kind == 2:
+            rgba = img.convert("RGBA")
+            rgba.putalpha(Image.linear_gradient("L").resize(img.size))
+            rgba.save(root / cls / f"img_{i:05d}.png")
+        elif kind == 3:
+            img.save(root / cls / f"img_{i:05d}.png")
+        else:
+            img.save(root / cls / f"img_{i:05d}.jpg", quality=int(rng.integers(80, 96)))
+    return root

@@ -1,0 +1,107 @@
+"""Scanning a source folder into an ordered list of samples.
+
+ImageFolder layout ``root/<class>/.../<img>``: the class is the first-level
+folder and the label its index among the sorted class names.  A folder with
+images directly in it and no class folders is *flat*: labels are -1 and
+``classes`` is None.  Files and folders whose names start with "." are
+skipped.  Samples are ordered by relative path (sorted as strings), so the
+same tree always gives the same order.  The key of a sample is its relative
+path without the extension, with "/" separators.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .errors import SourceError
+
+DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+
+@dataclass
+class Source:
+    root: Path
+    paths: List[str]          # relative paths, "/" separated, sorted
+    keys: List[str]           # unique keys (relative path without extension)
+    labels: np.ndarray        # int64, -1 for a flat source
+    classes: Optional[List[str]]
+    sizes: np.ndarray         # int64 file sizes in bytes (0 where stat failed)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+
+def parse_extensions(value: Optional[Sequence[str] | str]) -> tuple:
+    if value is None:
+        return DEFAULT_EXTENSIONS
+    items = value.split(",") if isinstance(value, str) else list(value)
+    exts = tuple("." + e.strip().lower().lstrip(".") for e in items if e.strip())
+    if not exts:
+        raise SourceError(f"--ext {value!r}: give at least one extension, e.g. jpg,png")
+    return exts
+
+
+def _walk(root: Path, exts: tuple) -> List[str]:
+    found = []
+
+    def onerror(err: OSError) -> None:
+        raise SourceError(f"{err.filename}: cannot list folder ({err.strerror})")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        rel = os.path.relpath(dirpath, root)
+        for name in filenames:
+            if name.startswith(".") or os.path.splitext(name)[1].lower() not in exts:
+                continue
+            found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+    return sorted(found)
+
+
+def _unique_keys(paths: List[str]) -> List[str]:
+    keys, seen = [], set()
+    for p in paths:
+        base = os.path.splitext(p)[0]
+        key, n = base, 1
+        while key in seen:  # a.jpg and a.png: the second becomes "a.png"-derived "a~1"
+            key, n = f"{base}~{n}", n + 1
+        seen.add(key)
+        keys.append(key)
+    return keys
+
+
+def scan(root: str | os.PathLike, extensions=None) -> Source:
+    """Scan ``root``; raise SourceError if it is missing, a file, or holds no images."""
+    root = Path(root)
+    exts = parse_extensions(extensions)
+    if not root.exists():
+        raise SourceError(f"source {root}: no such folder")
+    if not root.is_dir():
+        raise SourceError(f"source {root}: is a file, not a folder of images")
+    paths = _walk(root, exts)
+    if not paths:
+        raise SourceError(f"source {root}: no images with extensions {', '.join(exts)} found "
+                          "(hidden files and folders are skipped; use --ext for other extensions)")
+    nested = [p for p in paths if "/" in p]
+    if nested and len(nested) != len(paths):
+        top = [p for p in paths if "/" not in p][:3]
+        raise SourceError(f"source {root}: mixes class folders with images at the top level ({', '.join(top)}); "
+                          "use either root/<class>/<img> or a flat folder")
+    if nested:
+        classes = sorted({p.split("/", 1)[0] for p in paths})
+        index = {c: i for i, c in enumerate(classes)}
+        labels = np.array([index[p.split("/", 1)[0]] for p in paths], dtype=np.int64)
+    else:
+        classes, labels = None, np.full(len(paths), -1, dtype=np.int64)
+    sizes = np.array([_size(root / p) for p in paths], dtype=np.int64)
+    return Source(root, paths, _unique_keys(paths), labels, classes, sizes)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # reported when the file is read
