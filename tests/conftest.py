@@ -1,0 +1,50 @@
+"""Shared fixtures: small real JPEG/PNG trees written with Pillow."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+def write_image(path: Path, size=(40, 30), mode="RGB", fmt=None, seed=0, **save) -> Path:
+    """Write a smooth random image of ``size`` (W, H) in ``mode`` to ``path``."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 3 + rng.integers(0, 60), y * 3 + rng.integers(0, 60), (x + y) * 2], -1)
+    arr = np.clip(base + rng.normal(0, 8, (h, w, 3)), 0, 255).astype(np.uint8)
+    img = Image.fromarray(arr, "RGB")
+    if mode != "RGB":
+        img = img.convert(mode)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path, format=fmt, **save)
+    return path
+
+
+def make_tree(root: Path, classes=("cat", "dog", "eel"), per_class=4) -> Path:
+    """ImageFolder tree with JPEGs and PNGs of several sizes and modes."""
+    kinds = [("jpg", "RGB", (48, 36)), ("png", "RGB", (30, 40)), ("jpg", "L", (64, 20)), ("png", "RGBA", (33, 33)),
+             ("JPEG", "RGB", (20, 60)), ("png", "P", (41, 29))]
+    n = 0
+    for c in classes:
+        for i in range(per_class):
+            ext, mode, size = kinds[n % len(kinds)]
+            write_image(root / c / f"img{i}.{ext}", size=size, mode=mode, seed=n,
+                        fmt="JPEG" if ext.lower() in ("jpg", "jpeg") else "PNG")
+            n += 1
+    return root
+
+
+@pytest.fixture
+def image_tree(tmp_path) -> Path:
+    return make_tree(tmp_path / "src")
+
+
+@pytest.fixture
+def flat_tree(tmp_path) -> Path:
+    root = tmp_path / "flat"
+    for i in range(5):
+        write_image(root / f"f{i}.{'png' if i % 2 else 'jpg'}", size=(20 + i * 7, 25), seed=i)
+    return root
