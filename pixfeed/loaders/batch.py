@@ -1,0 +1,107 @@
+"""The fast path for pixel datasets: one gathered read per batch, read ahead in a thread.
+
+A dataset whose samples need no per-sample CPU work (``cpu_bound`` False) and
+share one shape (``fixed_shape``) can return a whole batch with ``get_batch``:
+one fancy-indexed copy out of the memory map, no per-sample tensors, no
+``collate`` stacking.  ``BatchReader`` exposes that through DataLoader's
+``__getitems__`` hook, so the DataLoader keeps its ordinary sampler, batch size
+and length.
+
+Worker processes would copy every such batch into fresh shared memory and map
+it again in the training process, which costs more than the read itself
+(see ``benchmarks/loader_paths.py``).  NumPy copies release the GIL, so a
+single ``ReadAhead`` thread overlaps reading with training at no such cost.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Iterator, List, Sequence, Tuple
+
+import torch
+from torch.utils.data import Dataset
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+
+def supports_batches(dataset: Any) -> bool:
+    return callable(getattr(dataset, "get_batch", None)) and getattr(dataset, "fixed_shape", None) is not None
+
+
+class BatchReader(Dataset):
+    """Wraps a dataset with ``get_batch``; DataLoader then reads one batch per call."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: List[int]) -> Batch:
+        return self.dataset.get_batch(indices)
+
+
+def pass_through(batch: Batch) -> Batch:
+    """collate_fn for BatchReader: the batch is already gathered."""
+    return batch
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+class ReadAhead(Iterator[Any]):
+    """Pulls items from ``source`` in a daemon thread, up to ``depth`` ahead."""
+
+    def __init__(self, source: Iterator[Any], depth: int = 2) -> None:
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._fill, args=(source,), name="pixfeed-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _fill(self, source: Iterator[Any]) -> None:
+        try:
+            for item in source:
+                if not self._put(item):
+                    return
+        except BaseException as error:  # re-raised in the consuming thread
+            self._put(_Failure(error))
+            return
+        self._put(_DONE)
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _DONE or isinstance(item, _Failure):
+            self._finished = True
+            self.close()
+        if item is _DONE:
+            raise StopIteration
+        if isinstance(item, _Failure):
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the thread; called on exhaustion, error or garbage collection."""
+        self._stop.set()
+
+    def __del__(self) -> None:
+        self.close()
