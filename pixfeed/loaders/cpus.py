@@ -24,8 +24,9 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
-def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> Optional[float]:
+def cgroup_cpu_limit(root: Optional[Path] = None) -> Optional[float]:
     """CPUs allowed by the cgroup quota, or None when there is no quota."""
+    root = CGROUP_ROOT if root is None else root
     v2 = _read(root / "cpu.max")
     if v2 is not None:
         quota, _, period = v2.partition(" ")
@@ -52,7 +53,7 @@ def affinity_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def available_cpus(root: Path = CGROUP_ROOT) -> int:
+def available_cpus(root: Optional[Path] = None) -> int:
     """CPUs this process may use: min(affinity, ceil(cgroup quota)), at least 1."""
     cpus = affinity_cpus()
     limit = cgroup_cpu_limit(root)

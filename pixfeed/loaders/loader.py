@@ -33,7 +33,7 @@ from pixfeed.loaders import plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
 from pixfeed.loaders.cpus import available_cpus
 from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
-from pixfeed.loaders.seeding import WorkerSeeder
+from pixfeed.loaders.seeding import WorkerSeeder, preserved_rngs
 from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
 from pixfeed.loaders.world import Distributed, World
 
@@ -134,7 +134,8 @@ def sample_bytes(dataset: Any) -> Optional[int]:
         return math.prod(shape) + 8
     if isinstance(dataset, IterableDataset) or len(dataset) == 0:
         return None
-    return _nbytes(dataset[0])
+    with preserved_rngs():  # a random augmentation must not move the caller's RNGs
+        return _nbytes(dataset[0])
 
 
 def _nbytes(value: Any) -> int:

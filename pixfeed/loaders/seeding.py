@@ -16,6 +16,8 @@ RNGs: seed those yourself (``torch.manual_seed``).
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -33,3 +35,15 @@ class WorkerSeeder:
         random.seed(int(py_seed))
         np.random.seed(int(np_seed) % 2**32)
         torch.manual_seed(int(torch_seed) % 2**63)
+
+
+@contextmanager
+def preserved_rngs() -> Iterator[None]:
+    """Run a block (like probing sample 0) without moving the process's global RNGs."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)

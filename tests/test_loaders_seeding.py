@@ -1,0 +1,67 @@
+"""Worker RNGs differ per worker, rank and epoch, and repeat for the same seed."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from pixfeed.loaders import make_loader
+from pixfeed.loaders.seeding import WorkerSeeder
+
+
+class Draws(Dataset):
+    """Each sample: worker id and one draw from Python's, NumPy's and torch's RNG."""
+    cpu_bound = True
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        worker = get_worker_info()
+        return torch.tensor([-1 if worker is None else worker.id, random.random(), np.random.rand(), torch.rand(()).item()],
+                            dtype=torch.float64)
+
+
+def epochs(seed, persistent, count=2):
+    loader = make_loader(Draws(), 1, shuffle=False, num_workers=2, persistent_workers=persistent, seed=seed)
+    return [torch.cat(list(loader)) for _ in range(count)]
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_draws_differ_per_worker_and_epoch_and_repeat_per_seed(persistent):
+    first, second = epochs(seed=5, persistent=persistent)
+    by_worker = [first[first[:, 0] == w, 1:] for w in (0, 1)]
+    assert len(by_worker[0]) == len(by_worker[1]) == 4
+    assert not (by_worker[0][:, None] == by_worker[1][None]).any(), "two workers drew the same numbers"
+    assert not (first[:, 1:] == second[:, 1:]).any(), "an epoch repeated the previous epoch's draws"
+    again = epochs(seed=5, persistent=persistent)
+    assert torch.equal(torch.stack(again), torch.stack([first, second]))
+    assert not torch.equal(epochs(seed=6, persistent=persistent, count=1)[0], first)
+
+
+def state_after(seeder, base=1234, worker=0):
+    torch.manual_seed(base + worker)
+    seeder(worker)
+    return random.random(), float(np.random.rand()), torch.rand(()).item()
+
+
+def test_seeder_mixes_rank_and_worker():
+    rank0, rank1 = state_after(WorkerSeeder(0)), state_after(WorkerSeeder(1))
+    assert all(a != b for a, b in zip(rank0, rank1))
+    assert state_after(WorkerSeeder(0)) == rank0
+    assert state_after(WorkerSeeder(0), worker=1) != rank0
+
+
+def test_probing_a_sample_leaves_the_callers_rngs_alone():
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    make_loader(Draws(), 1, num_workers=0)
+    after = (random.random(), float(np.random.rand()), torch.rand(()).item())
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    assert after == (random.random(), float(np.random.rand()), torch.rand(()).item())
