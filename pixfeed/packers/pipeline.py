@@ -28,10 +28,10 @@ from PIL import Image
 
 from .. import __version__
 from ..checksum import ALGORITHM, file_hash, record_hash
-from ..decode import EXTENSIONS, check_encoded, decode, parse_size, sniff
+from ..decode import EXTENSIONS, check_encoded, decode, parse_size
 from ..errors import OptionError, SourceError
 from ..loaders.cpus import available_cpus
-from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
+from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, write_json_atomic, write_manifest
 from ..source import Source, scan
 
 log = logging.getLogger(__name__)
