@@ -192,15 +192,14 @@ def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, ful
         arr = decode(data, where=where, max_pixels=max_pixels)
         return fmt, arr.shape[:2]
     w, h = img.size
-    orientation = img.getexif().get(0x0112, 1)
+    if fmt == "JPEG" and data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+        raise ImageDecodeError(f"{where}: truncated JPEG (no end-of-image marker)")
+    try:  # reading a PNG's EXIF loads the image, so it fails on damage too
+        if fmt == "PNG":
+            open_image(data, where, max_pixels).verify()
+        orientation = img.getexif().get(0x0112, 1)
+    except Exception as e:
+        raise ImageDecodeError(f"{where}: damaged {fmt} ({type(e).__name__}: {e})") from None
     if orientation in (5, 6, 7, 8):
         w, h = h, w
-    if fmt == "JPEG":
-        if data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
-            raise ImageDecodeError(f"{where}: truncated JPEG (no end-of-image marker)")
-    else:
-        try:
-            open_image(data, where, max_pixels).verify()
-        except Exception as e:
-            raise ImageDecodeError(f"{where}: damaged PNG ({type(e).__name__}: {e})") from None
     return fmt, (h, w)
