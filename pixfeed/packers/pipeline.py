@@ -14,6 +14,7 @@ temporary directories of dead processes are removed by the next pack.
 from __future__ import annotations
 
 import datetime
+import errno
 import logging
 import multiprocessing as mp
 import os
@@ -28,7 +29,7 @@ from PIL import Image
 
 from .. import __version__
 from ..checksum import ALGORITHM, file_hash, record_hash
-from ..decode import EXTENSIONS, check_encoded, decode, parse_size
+from ..decode import EXTENSIONS, check_encoded, decode, parse_size, sniff
 from ..errors import OptionError, SourceError
 from ..loaders.cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, write_json_atomic, write_manifest
@@ -132,19 +133,28 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str]) -> 
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise SourceError(f"{where}: cannot read ({e.strerror or e})") from None
+        raise SourceError(f"{where}: cannot read ({_read_error(path, e)})") from None
+    fmt, ext = sniff(data), os.path.splitext(path)[1].lower().lstrip(".")
+    if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
+        notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
     if opts.store == "pixels":
         arr = np.ascontiguousarray(decode(data, size=opts.size, resize_mode=opts.resize, where=where,
                                           max_pixels=opts.max_pixels))
         return Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr))
     fmt, shape = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    if ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
-        notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
     if opts.max_side and max(shape) > opts.max_side:
         data, shape = _reencode(data, where, opts)
         fmt = "JPEG"
     return Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape), record_hash(data))
+
+
+def _read_error(path: Path, e: OSError) -> str:
+    """Why ``path`` cannot be read, naming broken symbolic links and loops."""
+    if e.errno == errno.ELOOP:
+        return f"symbolic link loop: {e.strerror}"
+    if e.errno == errno.ENOENT and path.is_symlink():
+        return f"broken symbolic link to {os.readlink(path)!r}"
+    return e.strerror or str(e)
 
 
 def _reencode(data: bytes, where: str, opts: PackOptions):
