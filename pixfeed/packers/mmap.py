@@ -15,6 +15,7 @@ writes its rows in place.  Encoded: each task writes a part file, and
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Iterator, List
@@ -42,6 +43,7 @@ class MmapWriter(Writer):
             h, w = self.opts.size
             np.lib.format.open_memmap(self._images, mode="w+", dtype=np.uint8,
                                       shape=(len(self.source), h, w, 3))
+            _allocate(self._images)
         else:
             (self.root / "parts").mkdir()
 
@@ -76,6 +78,7 @@ class MmapWriter(Writer):
         old = np.load(self._images, mmap_mode="r")
         tmp = self.root / "images.compact.npy"
         new = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(len(kept), *old.shape[1:]))
+        _allocate(tmp)
         for start in range(0, len(kept), _COPY_ROWS):
             new[start:start + _COPY_ROWS] = old[kept[start:start + _COPY_ROWS]]
         new.flush()
@@ -92,3 +95,14 @@ class MmapWriter(Writer):
                     shutil.copyfileobj(part, out, 16 << 20)
         shutil.rmtree(self.root / "parts")
         np.save(self.root / "offsets.npy", offsets)
+
+
+def _allocate(path: Path) -> None:
+    """Reserve a sparse file's blocks now: a full disk then raises ENOSPC here
+    instead of killing the process with SIGBUS when a mapped page is written."""
+    if hasattr(os, "posix_fallocate"):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
