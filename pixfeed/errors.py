@@ -26,6 +26,10 @@ class DatasetNotFoundError(DatasetError, FileNotFoundError):
     """A packed dataset or one of its files is missing."""
 
 
+class OutputError(PixfeedError, OSError):
+    """The destination cannot be written (disk full, read-only, no permission)."""
+
+
 class CorruptDataError(DatasetError):
     """Stored bytes do not match their checksum, or a record cannot be parsed."""
 

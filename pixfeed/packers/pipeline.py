@@ -30,7 +30,7 @@ from PIL import Image
 from .. import __version__
 from ..checksum import ALGORITHM, file_hash, record_hash
 from ..decode import EXTENSIONS, check_encoded, decode, parse_size, sniff
-from ..errors import OptionError, SourceError
+from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..loaders.cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, write_json_atomic, write_manifest
 from ..source import Source, scan
@@ -286,10 +286,18 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
                              "stored_bytes": sum(r.stored_bytes for r in results)}
         write_manifest(tmp, manifest)
         _replace(tmp, dst)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, PixfeedError):
+            raise _output_error(dst, e) from e
         raise
     return manifest
+
+
+def _output_error(dst: Path, e: OSError) -> OutputError:
+    where = f" ({e.filename})" if e.filename else ""
+    kept = f"; the existing {dst} is unchanged" if dst.exists() else ""
+    return OutputError(f"cannot write the dataset {dst}: {e.strerror or e}{where}; nothing was written{kept}")
 
 
 def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
