@@ -13,7 +13,9 @@ from pathlib import Path
 from .errors import PixfeedError
 
 # modules that add a subcommand with add_command(subparsers); one line per command
-COMMANDS: list = []
+COMMANDS: list = [
+    "pixfeed.bench.cli:add_command",
+]
 
 
 def _pack_arguments(p: argparse.ArgumentParser) -> None:

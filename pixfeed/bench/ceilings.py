@@ -1,0 +1,79 @@
+"""The machine's limits, measured in the same run as the formats they bound.
+
+* ``memcopy``: one process copying a large NumPy array (bytes copied per
+  second, best of several): the limit for formats that store pixels.
+* ``decode``: ``pixfeed.decode.decode`` + resize + center crop over the
+  source's encoded bytes already in memory, split over N forked processes that
+  start together; no dataset, loader or IPC: the limit for encoded formats
+  (and, with the pack's process count, for packing pixels).
+* ``file_copy``: ``shutil.copyfile`` of every source file into a folder
+  beside the packs: the limit for packing encoded bytes.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from ..decode import Size, decode
+
+MEMCOPY_BYTES = 128 << 20  # far beyond the CPU caches, small enough to allocate quickly
+REPEATS = 5
+
+
+def memcopy(nbytes: int = MEMCOPY_BYTES, repeats: int = REPEATS) -> dict:
+    """Best single-process copy rate of an ``nbytes`` NumPy array."""
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return {"bytes_per_s": nbytes / best, "bytes": nbytes}
+
+
+def _decode_share(share: Sequence[bytes], size: Size, barrier, results) -> None:
+    barrier.wait()
+    start, cpu = time.perf_counter(), time.process_time()
+    for data in share:
+        decode(data, size=size, crop="center")
+    results.put((time.perf_counter() - start, time.process_time() - cpu))
+
+
+def decode_rate(blobs: List[bytes], size: Size, processes: int) -> dict:
+    """Images/s of decoding ``blobs`` (in memory) at ``size`` in ``processes`` forked processes."""
+    processes = max(1, min(processes, len(blobs)))
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(processes), ctx.SimpleQueue()
+    procs = [ctx.Process(target=_decode_share, args=(blobs[i::processes], size, barrier, results), daemon=True)
+             for i in range(processes)]
+    for p in procs:
+        p.start()
+    times: List[Tuple[float, float]] = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    wall = max(t for t, _ in times)
+    return {"images_per_s": len(blobs) / wall, "processes": processes,
+            "cpu_ms_per_image": 1000 * sum(c for _, c in times) / len(blobs)}
+
+
+def file_copy(root: Path, paths: Sequence[str], work: Path) -> dict:
+    """Rate of copying the source files (``paths`` relative to ``root``) into a folder under ``work``."""
+    dst = Path(tempfile.mkdtemp(prefix="copy-", dir=work))
+    try:
+        start, nbytes = time.perf_counter(), 0
+        for rel in paths:
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, target)
+            nbytes += target.stat().st_size
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(dst, ignore_errors=True)
+    return {"bytes_per_s": nbytes / seconds, "images_per_s": len(paths) / seconds, "bytes": nbytes}

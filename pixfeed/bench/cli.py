@@ -1,0 +1,75 @@
+"""``pixfeed bench``: which format wins on this machine, and how close to its limits.
+
+Progress goes to stderr through logging (silenced by --quiet); the table and
+the paths of the written files go to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import List, Union
+
+from ..errors import OptionError
+from ..registry import KNOWN
+from .runner import STORES, BenchConfig, run_bench
+
+
+def _names(value: str, allowed: tuple, what: str) -> List[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise OptionError(f"--{what} {value!r}: expected a comma-separated list of {', '.join(allowed)}")
+    return names
+
+
+def _workers(value: str) -> Union[int, str]:
+    if value == "auto":
+        return value
+    if not value.isdigit():
+        raise OptionError(f"--workers {value!r}: expected 'auto' or a number of DataLoader workers (0 or more)")
+    return int(value)
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="benchmark every format on your images against the machine's limits",
+                              description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p.add_argument("src", nargs="?", type=Path, help="image folder (default: a synthetic sample of --count images)")
+    p.add_argument("--formats", default=",".join(KNOWN), help=f"comma-separated (default {','.join(KNOWN)})")
+    p.add_argument("--store", default=",".join(STORES), help="encoded, pixels or both (default encoded,pixels)")
+    p.add_argument("--size", default="224", help="delivered image size S or HxW (default 224)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--workers", default="auto", help="make_loader num_workers: auto or N (default auto)")
+    p.add_argument("--cold", action="store_true", help="evict the files from the page cache before each epoch")
+    p.add_argument("--count", type=int, default=500, help="images in the synthetic sample (default 500)")
+    p.add_argument("--out", type=Path, default=Path("pixfeed-bench"), help="results folder (default ./pixfeed-bench)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_bench)
+
+
+def config(args: argparse.Namespace) -> BenchConfig:
+    for name in ("batch_size", "epochs", "count"):
+        if getattr(args, name) < 1:
+            raise OptionError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
+    return BenchConfig(src=args.src, formats=_names(args.formats, KNOWN, "formats"),
+                       stores=_names(args.store, STORES, "store"), size=args.size, batch_size=args.batch_size,
+                       epochs=args.epochs, workers=_workers(args.workers), cold=args.cold, count=args.count)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .report import markdown, write
+
+    cfg = config(args)
+    if not args.quiet:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("pixfeed bench: %(message)s"))
+        logging.getLogger("pixfeed").addHandler(handler)
+        logging.getLogger("pixfeed").setLevel(logging.INFO)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = run_bench(cfg, args.out)
+    files = write(result, args.out)
+    print(markdown(result))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0

@@ -1,0 +1,95 @@
+"""The benchmark's output: a Markdown report (also the terminal table), results.json, the chart.
+
+Reading rows are sorted by images/s (the best epoch); each shows its ratio to
+the ceiling measured just before it and to the plain-DataLoader baseline.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from ..manifest import write_json_atomic
+from .machine import summary
+
+READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline", "1st batch s",
+             "peak RSS main/workers MB", "CPU s", "workers")
+PACK_HEAD = ("format/store", "pack s", "images/s", "MB/s", "vs ceiling", "ceiling", "on disk vs source")
+
+
+def _ceiling(c: dict) -> str:
+    if "images_per_s" in c and "processes" in c:
+        return f"{c['name']}: {c['images_per_s']:.0f} img/s"
+    return f"{c['name']}: {c['bytes_per_s'] / 1e6:,.0f} MB/s"
+
+
+def _read_cells(row: dict) -> List[str]:
+    r = row["read"]
+    return [row["name"], f"{r['images_per_s']:,.0f}", f"{r['mb_per_s']:,.0f}", f"{row['ratio_to_ceiling']:.0%}",
+            _ceiling(r["ceiling"]), f"{row['x_baseline']:.1f}x", f"{r['first_batch_s']:.2f}",
+            f"{r['main_peak_mb']:,.0f} / {r['workers_peak_mb']:,.0f}", f"{r['cpu_s']:.1f}", str(r["workers"])]
+
+
+def _pack_cells(row: dict) -> List[str]:
+    p = row["pack"]
+    return [row["name"], f"{p['seconds']:.1f}", f"{p['images_per_s']:,.0f}", f"{p['mb_per_s']:,.0f}",
+            f"{row['pack_ratio']:.0%}", _ceiling(p["ceiling"]), f"{p['size_ratio']:.2f}x"]
+
+
+def table(head: Sequence[str], rows: List[List[str]]) -> List[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
+
+
+def markdown(result: dict) -> str:
+    cfg, rows = result["config"], result["rows"]
+    c = result["ceilings"]
+    lines = [f"# pixfeed bench: {cfg['images']} images, {cfg['source_bytes'] / 1e6:.0f} MB from {cfg['src']}", "",
+             f"Machine: {summary(result['machine'])}.", "",
+             f"Batch {cfg['batch_size']}, {cfg['size']} px, {cfg['epochs']} epochs, "
+             f"{'cold' if cfg['cold'] else 'warm'} cache. Run-wide ceilings: {_ceiling(c['memcopy'])}, "
+             f"{_ceiling(c['file_copy'])}, {_ceiling(c['decode_1'])}, {_ceiling(c['decode_pack'])}.", "",
+             "## Reading (best epoch; each ratio is to the ceiling measured just before the row)", ""]
+    ordered = sorted(rows, key=lambda r: -r["read"]["images_per_s"])
+    lines += table(READ_HEAD, [_read_cells(r) for r in ordered])
+    packed = [r for r in rows if r["pack"] is not None]
+    if packed:
+        lines += ["", "## Packing", "", *table(PACK_HEAD, [_pack_cells(r) for r in packed])]
+    lines += ["", "## Targets", ""] + [_target_line(t) for t in result["targets"]]
+    lines += _storage_lines(packed)
+    if result["unavailable"]:
+        lines += ["", "## Not measured", ""] + [f"- {k}: {v}" for k, v in result["unavailable"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _target_line(t: dict) -> str:
+    value = "n/a" if t["value"] is None else f"{t['value']:.2f}"
+    mark = "met" if t["met"] else "MISSED"
+    return f"- {mark}: {t['row']} {t['target']} ({value}, need {t['required']})" + \
+        ("" if t["met"] else f": {t['note']}")
+
+
+def _storage_lines(rows: List[dict]) -> List[str]:
+    lines = []
+    for r in rows:
+        s = r["storage"]
+        cold = "" if s["cold_mb_per_s"] is None else f", cold {s['cold_mb_per_s']:,.0f} MB/s"
+        frac = s["cold_resident_fraction"]
+        if frac is None and s["cold_mb_per_s"] is not None:
+            cold += " (could not check that eviction worked)"
+        elif frac is not None and frac > 0.1:
+            cold += f" (eviction did NOT work: {frac:.0%} still cached, so this is not a cold read)"
+        lines.append(f"- {r['name']}: {s['bytes'] / 1e6:,.0f} MB, warm {s['warm_mb_per_s']:,.0f} MB/s{cold}")
+    return ["", "## Storage read rate of the packed files", "", *lines] if lines else []
+
+
+def write(result: dict, out: Path) -> List[Path]:
+    """Write results.json, results.md and (with matplotlib) results.png into ``out``."""
+    from .chart import draw
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "results.json", result)
+    (out / "results.md").write_text(markdown(result), encoding="utf-8")
+    written = [out / "results.json", out / "results.md"]
+    chart: Optional[Path] = draw(result, out / "results.png")
+    return written + ([chart] if chart else [])

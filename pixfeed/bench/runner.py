@@ -1,0 +1,170 @@
+"""``run_bench``: pack and read every format x store mode beside the machine's ceilings.
+
+Order of one run: the source (or a synthetic sample), run-wide ceilings for
+the heading (memory copy, file copy, decode), the two baselines over the source folder,
+then for each format and store: pack, storage read rate of the packed files
+(warm, and cold with ``cold``), read through ``make_loader``.  Each pack and
+read measures its own ceiling just before it runs (decode in the same number
+of processes, memory copy or file copy), so its ratio holds on a busy machine.
+Formats that are not registered, or whose pack or read fails, are listed in
+``unavailable`` with the reason; the others still run.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+
+from ..decode import parse_size
+from ..loaders import available_cpus, make_loader
+from ..registry import FORMATS, KNOWN
+from ..source import scan
+from . import ceilings, machine, pagecache
+from .procstats import ProcUsage
+from .reading import FolderDataset, read_epochs
+from .targets import judge
+
+log = logging.getLogger(__name__)
+STORES = ("encoded", "pixels")
+BASELINE_WORKERS = 4  # what a user writes today: DataLoader(..., num_workers=4, pin_memory=False)
+
+
+@dataclass
+class BenchConfig:
+    src: Optional[Path] = None            # image folder; None = a synthetic sample of ``count`` images
+    formats: Sequence[str] = KNOWN
+    stores: Sequence[str] = STORES
+    size: Union[int, str] = 224
+    batch_size: int = 64
+    epochs: int = 2
+    workers: Union[int, str] = "auto"     # make_loader's num_workers
+    cold: bool = False
+    count: int = 500
+    pack_workers: Optional[int] = None    # None = the usable CPUs
+
+
+class Bench:
+    """One run's shared state: the source, its bytes in memory, the work folder."""
+
+    def __init__(self, cfg: BenchConfig, work: Path) -> None:
+        self.cfg, self.work, self.size = cfg, work, parse_size(cfg.size)
+        self.src = Path(cfg.src) if cfg.src else self._sample()
+        self.source = scan(self.src)
+        self.blobs = [(self.source.root / p).read_bytes() for p in self.source.paths]
+        self.pack_procs = cfg.pack_workers or available_cpus()
+
+    def _sample(self) -> Path:
+        from ..sample import make_sample
+
+        log.info("writing a synthetic sample of %d images", self.cfg.count)
+        return make_sample(self.work / "sample", self.cfg.count)
+
+    def decode_limit(self, processes: int) -> dict:
+        return {"name": f"decode x{max(1, processes)}", **ceilings.decode_rate(self.blobs, self.size, processes)}
+
+    def memcopy_limit(self, _workers: int = 0) -> dict:
+        return {"name": "memcopy", **ceilings.memcopy()}
+
+    def read(self, dataset, make, limit, files: Sequence[Path] = ()) -> dict:
+        evict = partial(pagecache.evict, files) if self.cfg.cold and files else None
+        return read_epochs(partial(make, dataset), self.cfg.epochs, limit, evict)
+
+    def loader(self, dataset):
+        return make_loader(dataset, self.cfg.batch_size, shuffle=True, num_workers=self.cfg.workers)
+
+    def baselines(self) -> List[dict]:
+        def user_loader(ds):
+            return torch.utils.data.DataLoader(ds, self.cfg.batch_size, shuffle=True,
+                                               num_workers=BASELINE_WORKERS, pin_memory=False)
+        rows = []
+        for name, make in (("folder (DataLoader, 4 workers)", user_loader), ("folder + make_loader", self.loader)):
+            log.info("reading %s", name)
+            with warnings.catch_warnings():  # torch's warning of more workers than CPUs: that is the point
+                warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
+                read = self.read(FolderDataset(self.src, self.size), make, self.decode_limit, self.source_files())
+            rows.append({"name": name, "format": "folder", "store": "files", "pack": None, "storage": None,
+                         "read": read})
+        return rows
+
+    def ceilings(self) -> dict:
+        """Run-wide ceilings, for the heading and the chart (rows carry their own)."""
+        log.info("measuring ceilings")
+        return {"memcopy": self.memcopy_limit(), "file_copy": self._copy_limit(),
+                "decode_1": self.decode_limit(1), "decode_pack": self.decode_limit(self.pack_procs)}
+
+    def source_files(self) -> List[Path]:
+        return [self.source.root / p for p in self.source.paths]
+
+    def format_row(self, fmt: str, store: str) -> dict:
+        from ..datasets import open_dataset
+        from ..packers import pack
+
+        dst = self.work / f"{fmt}-{store}"
+        limit = self.decode_limit(self.pack_procs) if store == "pixels" else self._copy_limit()
+        log.info("packing %s/%s", fmt, store)
+        usage = ProcUsage().start()
+        m = pack(self.src, dst, fmt, store=store, size=self.size, workers=self.pack_procs, overwrite=True)
+        cpu_s = usage.stop()["cpu_s"]
+        files = [dst / name for name in m["files"]]
+        row = {"name": f"{fmt}/{store}", "format": fmt, "store": store,
+               "pack": _pack_figures(m, limit, cpu_s), "storage": self._storage(files)}
+        log.info("reading %s/%s", fmt, store)
+        limit = self.memcopy_limit if store == "pixels" else self.decode_limit
+        row["read"] = self.read(open_dataset(dst, size=self.size, crop="center"), self.loader, limit, files)
+        shutil.rmtree(dst, ignore_errors=True)
+        return row
+
+    def _copy_limit(self) -> dict:
+        return {"name": "file copy", **ceilings.file_copy(self.source.root, self.source.paths, self.work)}
+
+    def _storage(self, files: List[Path]) -> dict:
+        warm = pagecache.read_rate(files, cold=False)
+        cold = pagecache.read_rate(files, cold=True) if self.cfg.cold else None
+        return {"bytes": warm["bytes"], "warm_mb_per_s": round(warm["bytes_per_s"] / 1e6, 1),
+                "cold_mb_per_s": None if cold is None else round(cold["bytes_per_s"] / 1e6, 1),
+                "cold_resident_fraction": None if cold is None else cold["resident_before"]}
+
+
+def _pack_figures(m: dict, limit: dict, cpu_s: float) -> dict:
+    stats, seconds = m["stats"], max(m["stats"]["seconds"], 1e-9)
+    on_disk = sum(f["bytes"] for f in m["files"].values())
+    return {"seconds": seconds, "images_per_s": round(m["count"] / seconds, 1),
+            "mb_per_s": round(stats["source_bytes"] / seconds / 1e6, 1),
+            "size_ratio": round(on_disk / max(stats["source_bytes"], 1), 3),
+            "cpu_ms_per_image": round(1000 * cpu_s / m["count"], 3), "ceiling": limit}
+
+
+def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
+    """Run the benchmark; packs go to a temporary folder under ``work_parent``, removed at the end."""
+    work = Path(tempfile.mkdtemp(prefix=".pixfeed-bench-", dir=work_parent))
+    try:
+        bench = Bench(cfg, work)
+        result = {"config": {**asdict(cfg), "src": str(bench.src), "images": len(bench.blobs),
+                             "source_bytes": sum(map(len, bench.blobs)), "pack_workers": bench.pack_procs},
+                  "machine": machine.describe(work), "ceilings": bench.ceilings(),
+                  "rows": bench.baselines(), "unavailable": {}}
+        for fmt in cfg.formats:
+            for store in cfg.stores:
+                _try_row(bench, fmt, store, result)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["targets"] = judge(result)
+    return result
+
+
+def _try_row(bench: Bench, fmt: str, store: str, result: Dict) -> None:
+    if fmt not in FORMATS:
+        result["unavailable"][fmt] = f"format {fmt!r} is not registered (registered: {', '.join(FORMATS)})"
+        return
+    try:
+        result["rows"].append(bench.format_row(fmt, store))
+    except Exception as e:  # one broken format must not hide the others' figures
+        log.warning("%s/%s failed", fmt, store, exc_info=True)
+        result["unavailable"][f"{fmt}/{store}"] = f"{type(e).__name__}: {e}"

@@ -1,0 +1,107 @@
+"""``pixfeed bench``: a tiny end-to-end run, and the measuring parts it relies on."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from pixfeed.bench import pagecache
+from pixfeed.bench.procstats import ProcUsage
+from pixfeed.bench.reading import read_epochs
+from pixfeed.bench.runner import STORES, _try_row
+from pixfeed.cli import main
+from pixfeed.registry import FORMATS
+
+ROW_FIELDS = {"name", "format", "store", "pack", "storage", "read", "ratio_to_ceiling", "pack_ratio",
+              "x_baseline", "cpu_ms_per_image", "main_busy", "workers_busy"}
+READ_FIELDS = {"ceiling", "epochs", "images_per_s", "mb_per_s", "first_batch_s", "workers", "plan", "seconds",
+               "main_peak_mb", "workers_peak_mb", "workers_seen", "main_cpu_s", "workers_cpu_s", "cpu_s",
+               "peak_reset"}
+PACK_FIELDS = {"seconds", "images_per_s", "mb_per_s", "size_ratio", "cpu_ms_per_image", "ceiling"}
+STORAGE_FIELDS = {"bytes", "warm_mb_per_s", "cold_mb_per_s", "cold_resident_fraction"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One small run without SRC (so it makes its own sample), cold, 1 epoch, no workers."""
+    out = tmp_path_factory.mktemp("bench")
+    code = main(["bench", "--count", "12", "--batch-size", "4", "--epochs", "1", "--workers", "0",
+                 "--cold", "--out", str(out), "-q"])
+    return code, out
+
+
+def test_run_writes_every_field_for_every_format(run):
+    code, out = run
+    assert code == 0
+    result = json.loads((out / "results.json").read_text())
+    rows = {r["name"]: r for r in result["rows"]}
+    expected = {f"{fmt}/{store}" for fmt in FORMATS for store in STORES}
+    assert expected <= set(rows), result["unavailable"]
+    assert len(rows) == len(expected) + 2  # and the two baselines
+    for row in rows.values():
+        assert ROW_FIELDS <= set(row) and READ_FIELDS <= set(row["read"])
+        assert sum(e["images"] for e in row["read"]["epochs"]) == 12
+        assert row["read"]["images_per_s"] > 0 and row["ratio_to_ceiling"] > 0
+    for name in expected:
+        assert PACK_FIELDS <= set(rows[name]["pack"]) and STORAGE_FIELDS <= set(rows[name]["storage"])
+        assert rows[name]["storage"]["cold_mb_per_s"] > 0
+    assert {t["row"] for t in result["targets"]} == expected
+    assert all(t["met"] or t["note"] for t in result["targets"])
+
+
+def test_run_writes_markdown_and_chart(run):
+    _, out = run
+    text = (out / "results.md").read_text()
+    for fmt in FORMATS:
+        assert f"| {fmt}/pixels" in text and f"| {fmt}/encoded" in text
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unregistered_format_is_reported_not_fatal():
+    result = {"unavailable": {}, "rows": []}
+    _try_row(None, "nosuchformat", "pixels", result)
+    assert result["rows"] == [] and "not registered" in result["unavailable"]["nosuchformat"]
+
+
+def test_bad_option_names_the_choices(capsys):
+    assert main(["bench", "--formats", "mmap,zip", "-q"]) == 2
+    assert "mmap, lmdb, hdf5, wds" in capsys.readouterr().err
+
+
+def test_cold_read_evicts_and_says_how_much_stayed(tmp_path):
+    path = tmp_path / "blob.bin"
+    path.write_bytes(np.random.default_rng(0).bytes(1 << 20))
+    warm = pagecache.read_rate([path], cold=False)
+    cold = pagecache.read_rate([path], cold=True)
+    assert warm["bytes"] == cold["bytes"] == 1 << 20 and warm["resident_before"] is None
+    assert cold["resident_before"] is None or 0.0 <= cold["resident_before"] <= 1.0
+    assert pagecache.resident_fraction([path]) in (None, 1.0)  # the timed read brought it back
+
+
+def test_worker_memory_and_cpu_are_counted():
+    data = torch.utils.data.TensorDataset(torch.zeros(32, 3, 8, 8, dtype=torch.uint8), torch.arange(32))
+
+    def make():
+        return torch.utils.data.DataLoader(data, batch_size=4, num_workers=1, persistent_workers=True)
+
+    result = read_epochs(make, 2, lambda workers: {"workers": workers})
+    assert result["ceiling"] == {"workers": 1}
+    assert [e["images"] for e in result["epochs"]] == [32, 32]
+    assert result["workers_seen"] == 1 and result["workers_peak_mb"] > 0
+    assert result["workers_cpu_s"] > 0 and result["main_peak_mb"] > 0
+
+
+def test_proc_usage_without_children_reports_zero_workers():
+    usage = ProcUsage().start()
+    usage.sample(force=True)
+    stats = usage.stop()
+    assert stats["workers_seen"] == 0 and stats["workers_peak_mb"] == 0
+
+
+def test_zero_epochs_is_refused(capsys):
+    assert main(["bench", "--epochs", "0", "-q"]) == 2
+    assert "--epochs 0: must be at least 1" in capsys.readouterr().err
