@@ -18,6 +18,9 @@ _EXPORTS = {
     "PixfeedError": "pixfeed.errors",
     "make_loader": "pixfeed.loaders",
     "DevicePrefetcher": "pixfeed.loaders",
+    "profile_loader": "pixfeed.diagnose.stall",
+    "StallMeter": "pixfeed.diagnose.stall",
+    "autotune": "pixfeed.diagnose.autotune",
 }
 __all__ = sorted([*_EXPORTS, "__version__"])
 

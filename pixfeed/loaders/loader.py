@@ -74,7 +74,14 @@ def make_loader(
     seed: int = 0,
     distributed: Distributed = "auto",
 ) -> PixfeedLoader:
-    """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why."""
+    """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
+
+    ``num_workers="tune"`` measures candidate settings first (``pixfeed.diagnose.autotune``)."""
+    if num_workers == "tune":
+        from pixfeed.diagnose.autotune import tuned_loader
+        return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
+                            persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
+                            read_ahead=read_ahead, seed=seed, distributed=distributed)
     check_int("batch_size", batch_size, 1)
     check_int("seed", seed, 0)
     world = World.detect(distributed)

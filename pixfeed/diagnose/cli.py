@@ -1,0 +1,90 @@
+"""``pixfeed doctor`` and ``pixfeed profile``: the command-line face of ``pixfeed.diagnose``."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from pixfeed.errors import OptionError
+
+
+def add_doctor(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="what this machine gives a data loader, with a recommendation per check")
+    p.add_argument("path", nargs="?", help="a dataset or image folder: measure the storage under it")
+    p.add_argument("--batch-size", type=int, default=256, help="batch size to size shared memory for (default 256)")
+    p.add_argument("--size", help="image size S or HxW (default: the dataset's, else 224)")
+    p.add_argument("--workers", type=int, help="loader workers to size shared memory for (default: usable CPUs - 1)")
+    p.add_argument("--read-mb", type=int, default=256, help="MiB to read when measuring storage (default 256)")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=cmd_doctor)
+
+
+def add_profile(sub: Any) -> None:
+    p = sub.add_parser("profile", help="is the training loop waiting for data? (simulated compute step)")
+    p.add_argument("dataset", help="a packed pixfeed dataset")
+    p.add_argument("--batch-size", type=int, default=64, help="default 64")
+    p.add_argument("--step-ms", type=float, default=0.0, help="simulated compute per batch in ms (default 0)")
+    p.add_argument("--steps", type=int, default=50, help="batches to measure after one warm-up batch (default 50)")
+    p.add_argument("--size", help="image size S or HxW (default: the stored size)")
+    p.add_argument("--workers", default="auto", help="num_workers: auto, tune or a number (default auto)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_profile)
+
+
+def _batch_bytes(path: Optional[str], size: Optional[str], batch_size: int) -> int:
+    from pixfeed.datasets import open_dataset
+    from pixfeed.decode import parse_size
+
+    shape = None
+    if path is not None and (Path(path) / "pixfeed.json").is_file():
+        shape = open_dataset(path, size=size).fixed_shape
+    if shape is None:
+        shape = (3, *parse_size(size or 224))
+    return math.prod(shape) * batch_size
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from pixfeed.diagnose.doctor import diagnose, render
+
+    findings = diagnose(args.path, batch_bytes=_batch_bytes(args.path, args.size, args.batch_size),
+                        workers=args.workers, read_limit=args.read_mb * 2**20)
+    print(json.dumps([f.to_dict() for f in findings], indent=1) if args.json else render(findings))
+    return 0
+
+
+def _workers(text: str) -> Any:
+    if text in ("auto", "tune"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise OptionError(f"--workers {text!r}: expected auto, tune or a number") from None
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from pixfeed.datasets import open_dataset
+    from pixfeed.diagnose.stall import profile_loader
+    from pixfeed.loaders import make_loader
+
+    dataset = open_dataset(args.dataset, size=args.size)
+    if dataset.fixed_shape is None:
+        raise OptionError(f"--size: the images in {args.dataset} have different sizes; pass --size S")
+    loader = make_loader(dataset, args.batch_size, num_workers=_workers(args.workers))
+    step = (lambda batch: time.sleep(args.step_ms / 1000)) if args.step_ms > 0 else None
+    report = profile_loader(loader, args.steps, step)
+    tuning = getattr(loader, "pixfeed_tuning", None)
+    if args.json:
+        print(json.dumps({"plan": loader.pixfeed_plan.reasons, "tuning": tuning and tuning.to_dict(),
+                          "report": report.to_dict()}, indent=1))
+        return 0
+    print(loader.pixfeed_plan)
+    if not args.step_ms:
+        print("note: no --step-ms: with no compute step every loop waits for data", file=sys.stderr)
+    if tuning is not None:
+        print(tuning)
+    print(report)
+    return 0

@@ -1,0 +1,43 @@
+"""``pixfeed doctor``: what this machine gives a data loader, with a recommendation per line.
+
+``diagnose`` runs every check and returns a list of ``Finding``; ``render``
+prints them as a table.  Paths are arguments so tests can use fake cgroup
+files and a fake shared-memory directory.  The shared-memory need assumes the
+loader ``make_loader`` would build: ``available_cpus() - 1`` workers, 2
+batches ready per worker (torch's default prefetch), ``batch_bytes`` each.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+from pixfeed.diagnose import devices, storage, system
+from pixfeed.bench.report import table
+from pixfeed.diagnose.finding import Finding
+from pixfeed.loaders.cpus import available_cpus
+from pixfeed.loaders.shm import SHM_DIR
+
+DEFAULT_BATCH_BYTES = 256 * 3 * 224 * 224  # a batch of 256 ImageNet-sized uint8 images
+PREFETCH = 2
+
+
+def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BYTES, workers: Optional[int] = None,
+             cgroup_root: Optional[Path] = None, meminfo: Path = system.MEMINFO, shm_dir: str = SHM_DIR,
+             read_limit: int = storage.READ_LIMIT) -> List[Finding]:
+    """Every check; the storage check only when ``path`` is given."""
+    if workers is None:
+        workers = max(0, available_cpus(cgroup_root) - 1)
+    findings = [
+        system.check_cpus(cgroup_root),
+        system.check_memory(cgroup_root, meminfo),
+        system.check_shm(system.shm_need(batch_bytes, workers, PREFETCH), shm_dir),
+        devices.check_torch(),
+        devices.check_bandwidth(batch_bytes),
+        storage.check_storage(Path(path), read_limit) if path is not None else None,
+    ]
+    return [f for f in findings if f is not None]
+
+
+def render(findings: List[Finding]) -> str:
+    return "\n".join(table(("check", "status", "value", "recommendation"),
+                           [[f.check, f.status, f.value, f.advice] for f in findings]))

@@ -1,0 +1,83 @@
+"""Where a loader's time goes: read, decode, transform, collate, measured in this process.
+
+The training loop only sees how long it waited for a batch, not why.  To
+split that wait, ``sample_stages`` reads a few of the loader's own batches (the
+same indices, dataset and collate function) in the calling process, with a
+timer around each stage hook of the dataset:
+
+* read: ``_read`` and ``check`` (fetching stored bytes, checksum included),
+* decode: ``pixels`` (decode, crop and resize to the requested size),
+* transform: the dataset's ``transform``,
+* collate: the loader's ``collate_fn``; on the batch path (``get_batch``) the
+  stacking into one array, i.e. the batch call's time outside the hooks above,
+* other: the rest of the per-sample calls (the whole ``__getitem__`` for a
+  dataset without pixfeed's hooks).
+
+Workers run the same code, so the shares carry over to them, while absolute
+times differ (workers run in parallel and compete for CPUs): the profiler
+splits the measured wait by these shares.  The hooks are wrapped on a shallow
+copy of the dataset, and the process's RNGs are restored afterwards.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from itertools import islice
+from typing import Any, Callable, Dict
+
+from torch.utils.data import DataLoader
+
+from pixfeed.loaders.batch import BatchReader
+from pixfeed.loaders.seeding import preserved_rngs
+
+STAGES = ("read", "decode", "transform", "collate", "other")
+HOOKS = {"_read": "read", "check": "read", "pixels": "decode", "transform": "transform"}
+
+
+def _timed(fn: Callable[..., Any], stage: str, seconds: Dict[str, float]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            seconds[stage] += time.perf_counter() - start
+    return timed
+
+
+def instrumented(dataset: Any, seconds: Dict[str, float]) -> Any:
+    """A shallow copy of ``dataset`` whose stage hooks add their time to ``seconds``."""
+    probe = copy.copy(dataset)
+    for name, stage in HOOKS.items():
+        hook = getattr(probe, name, None)
+        if callable(hook):
+            setattr(probe, name, _timed(hook, stage, seconds))
+    return probe
+
+
+def _fetch(dataset: Any, indices: list, batched: bool) -> Any:
+    if batched:
+        return dataset.get_batch(indices)
+    if callable(getattr(dataset, "__getitems__", None)):
+        return dataset.__getitems__(indices)
+    return [dataset[i] for i in indices]
+
+
+def sample_stages(loader: Any, batches: int = 2) -> Dict[str, float]:
+    """Seconds per batch in each of STAGES, from ``batches`` of the loader's batches read here;
+    {} unless ``loader`` is a DataLoader with a batch sampler."""
+    if not isinstance(loader, DataLoader) or loader.batch_sampler is None or batches < 1:
+        return {}
+    batched = isinstance(loader.dataset, BatchReader)
+    seconds = dict.fromkeys(STAGES, 0.0)
+    probe = instrumented(loader.dataset.dataset if batched else loader.dataset, seconds)
+    count = 0
+    with preserved_rngs():
+        for indices in islice(iter(loader.batch_sampler), batches):
+            hooked, start = sum(seconds.values()), time.perf_counter()
+            samples = _fetch(probe, list(indices), batched)
+            middle = time.perf_counter()
+            loader.collate_fn(samples)
+            seconds["collate" if batched else "other"] += middle - start - (sum(seconds.values()) - hooked)
+            seconds["collate"] += time.perf_counter() - middle
+            count += 1
+    return {stage: s / count for stage, s in seconds.items()} if count else {}

@@ -1,0 +1,126 @@
+"""``StallMeter``: is the training loop waiting for data?
+
+Wrap the loader and, optionally, the copy to the device::
+
+    with pixfeed.StallMeter() as meter:
+        for images, labels in meter.iter(loader):
+            images, labels = meter.to_device((images, labels), "cuda")
+            train_step(images, labels)
+    print(meter.report())
+
+Per batch it records the wait (the time ``next(loader)`` took), the copy
+time inside ``to_device`` and the compute time (the rest, until the loop asks
+for the next batch).  With CUDA initialised it synchronises at both points,
+so compute includes the GPU work queued by the step and the wait is time the
+GPU really sat idle.  A ``DevicePrefetcher`` inside the loop counts as wait.
+"""
+from __future__ import annotations
+
+import time
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, List, Optional
+
+import torch
+
+from pixfeed.diagnose.report import StallReport, Step
+from pixfeed.diagnose.stages import sample_stages
+from pixfeed.errors import OptionError
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def batch_images(batch: Any) -> int:
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    return len(first) if hasattr(first, "__len__") else 1
+
+
+def _move(batch: Any, device: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_move(item, device) for item in batch)
+    return batch
+
+
+def check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise OptionError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+class StallMeter:
+    """Times wait, transfer and compute per batch; ``report()`` gives the verdict.
+
+    The first ``warmup`` batches (worker start-up) are left out of the report.
+    """
+
+    def __init__(self, warmup: int = 0) -> None:
+        self.warmup = warmup
+        self.steps: List[Step] = []
+        self._open: Optional[Step] = None
+        self._began = 0.0
+
+    def __enter__(self) -> "StallMeter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._close()
+
+    def iter(self, loader: Iterable[Any]) -> Iterator[Any]:
+        """Yield ``loader``'s batches, timing how long each one kept the loop waiting."""
+        batches = iter(loader)
+        while True:
+            self._close()
+            start = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            self._began = time.perf_counter()
+            self._open = Step(wait=self._began - start, images=batch_images(batch))
+            yield batch
+
+    def to_device(self, batch: Any, device: Any) -> Any:
+        """Move the tensors of ``batch`` to ``device``, timing the copy."""
+        start = time.perf_counter()
+        moved = _move(batch, device)
+        _sync()
+        if self._open is not None:
+            self._open.transfer += time.perf_counter() - start
+        return moved
+
+    def _close(self) -> None:
+        if self._open is None:
+            return
+        _sync()
+        step, self._open = self._open, None
+        step.compute = time.perf_counter() - self._began - step.transfer
+        self.steps.append(step)
+
+    def report(self, stages: Optional[dict] = None) -> StallReport:
+        """The verdict over the batches after warm-up; ``stages`` from ``stages.sample_stages``."""
+        return StallReport(self.steps[self.warmup:], stages or {})
+
+
+def profile_loader(loader: Iterable[Any], steps: int = 50, step_fn: Optional[Callable[[Any], Any]] = None, *,
+                   device: Any = "auto", warmup: int = 1, stage_batches: int = 2) -> StallReport:
+    """Run ``warmup + steps`` batches of ``loader`` through ``step_fn`` and report the stalls.
+
+    ``device="auto"`` copies batches to CUDA when it is available (None: no copy);
+    ``stage_batches`` batches are then read in this process to split the wait by stage.
+    """
+    check_count("steps", steps, 1)
+    check_count("warmup", warmup, 0)
+    check_count("stage_batches", stage_batches, 0)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else None
+    with StallMeter(warmup=warmup) as meter:
+        for batch in islice(meter.iter(loader), warmup + steps):
+            if device is not None:
+                batch = meter.to_device(batch, device)
+            if step_fn is not None:
+                step_fn(batch)
+    return meter.report(sample_stages(loader, stage_batches))

@@ -1,0 +1,77 @@
+"""How fast the storage under a dataset reads: sequential reads of its files.
+
+The files are a pixfeed dataset's data files (from its manifest) or, for any
+other folder, every file below it; the first of them, up to ``limit`` bytes,
+are read in order twice with ``pixfeed.bench.pagecache.read_rate``:
+
+* cold: the files are first evicted from the page cache (``fsync`` +
+  ``posix_fadvise(POSIX_FADV_DONTNEED)``).  The kernel may keep pages (tmpfs,
+  some overlay or network mounts); ``mincore`` tells how much stayed, and the
+  report says so when the cold read was not cold.
+* warm: the same bytes from the page cache (what later epochs see when the
+  dataset fits in memory).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from pixfeed.bench.pagecache import read_rate
+from pixfeed.diagnose.finding import OK, WARN, Finding, size
+from pixfeed.errors import PixfeedError
+from pixfeed.manifest import read_manifest
+
+READ_LIMIT = 256 * 2**20
+SLOW = 200e6  # bytes/s below which storage, not decoding, is likely to cap a GPU
+ENOUGH = 16 * 2**20  # below this many bytes, opening files dominates and the rate says little
+STILL_CACHED = 0.5  # resident fraction after eviction above which "cold" was not cold
+
+
+def data_files(path: Path) -> Tuple[List[Path], Optional[float]]:
+    """(files to read, stored bytes per record, or None when ``path`` is not a pixfeed dataset)."""
+    try:
+        manifest = read_manifest(path)
+    except PixfeedError:
+        return sorted(p for p in path.rglob("*") if p.is_file()), None
+    stored = sum(meta["bytes"] for meta in manifest["files"].values())
+    return [path / name for name in manifest["files"]], stored / max(1, manifest["count"])
+
+
+def head(files: List[Path], limit: int) -> List[Path]:
+    """The first files whose sizes add up to ``limit`` bytes (the last one may pass it)."""
+    chosen, total = [], 0
+    for path in files:
+        if total >= limit:
+            break
+        chosen.append(path)
+        total += path.stat().st_size
+    return chosen
+
+
+def check_storage(path: Path, limit: int = READ_LIMIT) -> Finding:
+    files, per_record = data_files(path)
+    files = head(files, limit)
+    cold, warm = read_rate(files, cold=True), read_rate(files, cold=False)
+    nbytes = warm["bytes"]
+    if not nbytes:
+        return Finding("storage", f"{path}: nothing to read", "point doctor at a dataset or an image folder", WARN)
+    value = (f"{path}: {cold['bytes_per_s'] / 1e6:.0f} MB/s cold, {warm['bytes_per_s'] / 1e6:.0f} MB/s warm "
+             f"({size(nbytes)} in {len(files)} files)")
+    data = {"path": str(path), "bytes": nbytes, "files": len(files), "cold_bytes_per_s": cold["bytes_per_s"],
+            "warm_bytes_per_s": warm["bytes_per_s"], "cold_resident_fraction": cold["resident_before"],
+            "bytes_per_record": per_record}
+    return Finding("storage", value, *_advice(cold["bytes_per_s"], nbytes, per_record, cold["resident_before"]), data)
+
+
+def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Optional[float]) -> Tuple[str, str]:
+    notes = []
+    slow = rate < SLOW and nbytes >= ENOUGH
+    if slow:
+        notes.append("slow storage: copy the dataset to local NVMe or RAM, or pack it into few large files")
+    elif nbytes < ENOUGH:
+        notes.append(f"only {size(nbytes)} to read: too little to judge the storage")
+    if per_record:
+        notes.append(f"storage alone caps reading at {rate / per_record:.0f} images/s cold")
+    if resident is not None and resident > STILL_CACHED:
+        notes.append(f"the cold read was not cold: {resident:.0%} of the pages stayed cached (tmpfs, overlay?)")
+    return "; ".join(notes) or "fast enough for sequential reads", WARN if slow else OK

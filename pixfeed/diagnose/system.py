@@ -1,0 +1,104 @@
+"""What this process may use: CPUs, memory and shared memory.
+
+Every probe takes the paths it reads (cgroup root, ``/proc/meminfo``, the
+shared-memory directory) so that tests can point it at fake files.
+
+* CPUs: ``loaders.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
+* Memory: the cgroup limit (v2 ``memory.max``, v1 ``memory/memory.limit_in_bytes``;
+  v1 reports "no limit" as a huge number) and what is free: ``MemAvailable``,
+  or less when the cgroup's limit minus its usage is smaller.
+* Shared memory: ``os.statvfs`` of the directory against the batches a loader
+  keeps in flight (batch bytes x workers x prefetch), with the same
+  ``SHM_FRACTION`` headroom that ``make_loader`` uses.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Dict, Optional
+
+from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
+from pixfeed.loaders import cpus
+from pixfeed.loaders.cpus import CGROUP_ROOT, _read
+from pixfeed.loaders.shm import SHM_DIR, SHM_FRACTION
+
+MEMINFO = Path("/proc/meminfo")
+NO_LIMIT = 2**60  # cgroup v1 says "unlimited" with PAGE_COUNTER_MAX, about 2**63
+LOW_MEMORY = 2 * 2**30
+
+
+def check_cpus(root: Optional[Path] = None) -> Finding:
+    host, affinity, quota = os.cpu_count() or 1, cpus.affinity_cpus(), cpus.cgroup_cpu_limit(root)
+    usable = cpus.available_cpus(root)
+    value = f"{usable} usable of {host} (affinity {affinity}, cgroup quota {'none' if quota is None else f'{quota:g}'})"
+    data = {"os_cpu_count": host, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
+    if usable < host:
+        return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: num_workers <= "
+                       f"{max(0, usable - 1)} (make_loader does this)", WARN, data)
+    return Finding("cpus", value, f"num_workers up to {max(0, usable - 1)}, one CPU kept for training", OK, data)
+
+
+def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:
+    for text in (_read(root / v2), _read(root / "memory" / v1), _read(root / v1)):
+        if text is not None:
+            return int(text) if text.isdigit() and int(text) < NO_LIMIT else None
+    return None
+
+
+def cgroup_memory(root: Optional[Path] = None) -> Dict[str, Optional[int]]:
+    """{"limit", "usage"} in bytes from the cgroup files; None where absent or unlimited."""
+    root = CGROUP_ROOT if root is None else root
+    return {"limit": _cgroup_bytes(root, "memory.max", "memory.limit_in_bytes"),
+            "usage": _cgroup_bytes(root, "memory.current", "memory.usage_in_bytes")}
+
+
+def meminfo(path: Path = MEMINFO) -> Dict[str, int]:
+    """/proc/meminfo fields in bytes."""
+    fields = {}
+    for line in (_read(path) or "").splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return fields
+
+
+def check_memory(root: Optional[Path] = None, meminfo_path: Path = MEMINFO) -> Finding:
+    cg, info = cgroup_memory(root), meminfo(meminfo_path)
+    total, free = info.get("MemTotal"), info.get("MemAvailable")
+    limit = cg["limit"]
+    if limit is not None:
+        room = limit - (cg["usage"] or 0)
+        free = room if free is None else min(free, room)
+    value = (f"limit {'none' if limit is None else size(limit)} (cgroup), "
+             f"{'?' if free is None else size(free)} free, host {'?' if total is None else size(total)}")
+    data = {"cgroup_limit": limit, "cgroup_usage": cg["usage"], "free": free, "host_total": total}
+    if free is not None and free < LOW_MEMORY:
+        return Finding("memory", value, "little memory free: use fewer workers or a smaller prefetch_factor, "
+                       "or raise the container's memory limit", WARN, data)
+    if limit is not None and (total is None or limit < total):
+        return Finding("memory", value, f"the container is killed at {size(limit)}, not at the host's total: keep "
+                       "workers x per-worker memory + batches in flight below it", INFO, data)
+    return Finding("memory", value, "no container limit below the host's memory", OK, data)
+
+
+def shm_need(batch_bytes: int, workers: int, prefetch: int) -> int:
+    """Bytes of batches a loader keeps in shared memory."""
+    return batch_bytes * workers * prefetch
+
+
+def check_shm(need: int, path: str = SHM_DIR) -> Finding:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return Finding("shared memory", f"{path}: absent", "workers hand batches over another way here", INFO)
+    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    value = f"{path}: {size(total)}, {size(free)} free; a loader needs {size(need)}"
+    data = {"path": path, "total": total, "free": free, "need": need}
+    if need <= free * SHM_FRACTION:
+        return Finding("shared memory", value, f"fits in {SHM_FRACTION:.0%} of the free space", OK, data)
+    gib = math.ceil((need / SHM_FRACTION + total - free) / 2**30)
+    return Finding("shared memory", value, f"too small: run the container with --shm-size={gib}g (Kubernetes: "
+                   "an emptyDir with medium: Memory), or torch.multiprocessing.set_sharing_strategy('file_system'), "
+                   "or fewer workers / smaller batches", WARN, data)

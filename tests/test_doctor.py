@@ -1,0 +1,133 @@
+"""pixfeed doctor against fake cgroup files, a fake /proc/meminfo and a fake /dev/shm."""
+from __future__ import annotations
+
+import json
+import os
+from collections import namedtuple
+
+import pytest
+
+from pixfeed.cli import main
+from pixfeed.diagnose import storage, system
+from pixfeed.diagnose.doctor import diagnose, render
+from pixfeed.loaders import cpus
+
+MiB, GiB = 2**20, 2**30
+StatVFS = namedtuple("StatVFS", "f_blocks f_frsize f_bavail")
+
+
+def write(root, files):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def fake_meminfo(tmp_path, total, available):
+    path = tmp_path / "meminfo"
+    path.write_text(f"MemTotal:       {total // 1024} kB\nMemFree:  1 kB\nMemAvailable:   {available // 1024} kB\n")
+    return path
+
+
+@pytest.fixture
+def eight_cores(monkeypatch):
+    monkeypatch.setattr(cpus, "affinity_cpus", lambda: 8)
+    monkeypatch.setattr(system.os, "cpu_count", lambda: 8)
+
+
+def test_cpu_quota_below_cpu_count_is_flagged(tmp_path, eight_cores):
+    finding = system.check_cpus(write(tmp_path, {"cpu.max": "150000 100000\n"}))
+    assert finding.status == "warn" and finding.data["usable"] == 2 and finding.data["cgroup_quota"] == 1.5
+    assert "num_workers <= 1" in finding.advice and "os.cpu_count()=8" in finding.advice
+
+
+def test_no_quota_is_fine(tmp_path, eight_cores):
+    finding = system.check_cpus(tmp_path)
+    assert finding.status == "ok" and finding.data["usable"] == 8
+
+
+@pytest.mark.parametrize("files, limit, usage", [
+    ({"memory.max": str(3 * GiB), "memory.current": str(GiB)}, 3 * GiB, GiB),                   # v2
+    ({"memory.max": "max", "memory.current": str(GiB)}, None, GiB),                             # v2, no limit
+    ({"memory/memory.limit_in_bytes": str(3 * GiB), "memory/memory.usage_in_bytes": "0"}, 3 * GiB, 0),  # v1
+    ({"memory/memory.limit_in_bytes": "9223372036854771712"}, None, None),                      # v1 "unlimited"
+    ({}, None, None),
+])
+def test_cgroup_memory_versions(tmp_path, files, limit, usage):
+    assert system.cgroup_memory(write(tmp_path, files)) == {"limit": limit, "usage": usage}
+
+
+def test_memory_free_is_the_smaller_of_host_and_cgroup(tmp_path):
+    root = write(tmp_path / "cg", {"memory.max": str(8 * GiB), "memory.current": str(7 * GiB)})
+    finding = system.check_memory(root, fake_meminfo(tmp_path, 64 * GiB, 40 * GiB))
+    assert finding.data["free"] == GiB and finding.status == "warn" and "fewer workers" in finding.advice
+
+
+def test_container_limit_below_host_is_reported(tmp_path):
+    root = write(tmp_path / "cg", {"memory.max": str(8 * GiB), "memory.current": str(GiB)})
+    finding = system.check_memory(root, fake_meminfo(tmp_path, 64 * GiB, 40 * GiB))
+    assert finding.status == "info" and finding.data["free"] == 7 * GiB and "8.0 GiB" in finding.advice
+
+
+def fake_shm(monkeypatch, total, free):
+    monkeypatch.setattr(system.os, "statvfs", lambda path: StatVFS(total // 4096, 4096, free // 4096))
+
+
+def test_docker_default_shm_is_too_small_for_imagenet_batches(monkeypatch):
+    fake_shm(monkeypatch, 64 * MiB, 64 * MiB)  # docker's default --shm-size
+    need = system.shm_need(256 * 3 * 224 * 224, workers=7, prefetch=2)  # 539 MiB
+    finding = system.check_shm(need, "/fake/shm")
+    assert finding.status == "warn"
+    assert "--shm-size=2g" in finding.advice and "file_system" in finding.advice
+    assert finding.data == {"path": "/fake/shm", "total": 64 * MiB, "free": 64 * MiB, "need": need}
+
+
+def test_shm_with_room_is_fine(monkeypatch):
+    fake_shm(monkeypatch, 8 * GiB, 8 * GiB)
+    assert system.check_shm(100 * MiB, "/fake/shm").status == "ok"
+
+
+def test_missing_shm_dir(tmp_path):
+    assert system.check_shm(MiB, str(tmp_path / "absent")).status == "info"
+
+
+def test_storage_reads_files_up_to_the_limit(tmp_path):
+    for i in range(3):
+        (tmp_path / f"f{i}").write_bytes(os.urandom(MiB))
+    assert storage.head(sorted(tmp_path.iterdir()), MiB + 1) == [tmp_path / "f0", tmp_path / "f1"]
+    finding = storage.check_storage(tmp_path, limit=MiB + 1)
+    assert finding.data["bytes"] == 2 * MiB and finding.data["files"] == 2
+    assert finding.data["cold_bytes_per_s"] > 0 and finding.data["warm_bytes_per_s"] > 0
+
+
+def test_storage_of_a_packed_dataset_uses_its_manifest(image_tree, tmp_path):
+    from pixfeed.packers import pack
+
+    m = pack(image_tree, tmp_path / "ds", "mmap", size=16)
+    finding = storage.check_storage(tmp_path / "ds")
+    assert finding.data["files"] == len(m["files"])
+    assert finding.data["bytes_per_record"] == sum(f["bytes"] for f in m["files"].values()) / m["count"]
+    assert "images/s" in finding.advice and "too little to judge" in finding.advice
+
+
+def test_diagnose_runs_every_probe_on_fake_paths(tmp_path, monkeypatch, eight_cores):
+    fake_shm(monkeypatch, 64 * MiB, 64 * MiB)
+    root = write(tmp_path / "cg", {"cpu.max": "200000 100000", "memory.max": str(4 * GiB), "memory.current": "0"})
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "blob").write_bytes(b"x" * MiB)
+    findings = diagnose(tmp_path / "data", cgroup_root=root, meminfo=fake_meminfo(tmp_path, 16 * GiB, 12 * GiB),
+                        shm_dir="/fake/shm")
+    by_check = {f.check: f for f in findings}
+    assert {"cpus", "memory", "shared memory", "torch", "storage"} <= set(by_check)
+    assert by_check["shared memory"].data["need"] == 256 * 3 * 224 * 224 * 1 * 2  # 2 usable CPUs: 1 worker
+    assert by_check["storage"].data["bytes"] == MiB
+    text = render(findings)
+    assert all(f.check in text and f.advice in text for f in findings)
+
+
+def test_cli_json(tmp_path, capsys):
+    (tmp_path / "blob").write_bytes(b"x" * 1000)
+    assert main(["doctor", str(tmp_path), "--json", "--batch-size", "8", "--size", "32"]) == 0
+    findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert findings["storage"]["data"]["bytes"] == 1000
+    assert findings["shared memory"]["data"]["need"] % (8 * 3 * 32 * 32) == 0
