@@ -9,6 +9,8 @@ from .errors import OptionError
 FORMATS = {
     # name: (writer "module:Class", reader "module:Class")
     "mmap": ("pixfeed.packers.mmap:MmapWriter", "pixfeed.datasets.mmap:MmapImageDataset"),
+    "lmdb": ("pixfeed.packers.lmdb:LmdbWriter", "pixfeed.datasets.lmdb:LmdbImageDataset"),
+    "hdf5": ("pixfeed.packers.hdf5:H5Writer", "pixfeed.datasets.hdf5:H5ImageDataset"),
 }
 KNOWN = ("mmap", "lmdb", "hdf5", "wds")
 

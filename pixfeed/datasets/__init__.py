@@ -1,6 +1,9 @@
 """Datasets, one per format, returning ``(uint8 CHW RGB tensor, int label)``."""
 from .base import ImageRecords, MapImageDataset
+from .hdf5 import H5ImageDataset
+from .lmdb import LmdbImageDataset
 from .mmap import MmapImageDataset
 from .open import open_dataset
 
-__all__ = ["ImageRecords", "MapImageDataset", "MmapImageDataset", "open_dataset"]
+__all__ = ["H5ImageDataset", "ImageRecords", "LmdbImageDataset", "MapImageDataset", "MmapImageDataset",
+           "open_dataset"]

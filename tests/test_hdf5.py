@@ -1,0 +1,45 @@
+"""The HDF5 format's own checks: plain-h5py interop and compression
+(shared behaviour with lmdb: test_single_writer.py)."""
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from pixfeed.errors import OptionError
+from pixfeed.packers import pack
+from pixfeed.source import scan
+
+
+@pytest.mark.parametrize("compression", [None, "lzf", "gzip"])
+def test_plain_h5py_reads_pixels(image_tree, tmp_path, compression):
+    pack(image_tree, tmp_path / "h5", "hdf5", store="pixels", size=20, compression=compression, workers=2)
+    pack(image_tree, tmp_path / "mmap", "mmap", store="pixels", size=20, workers=2)
+    source = scan(image_tree)
+    with h5py.File(tmp_path / "h5" / "data.h5", "r") as f:
+        images = f["images"]
+        assert images.dtype == np.uint8 and images.chunks == (1, 20, 20, 3) and images.compression == compression
+        assert np.array_equal(images[:], np.load(tmp_path / "mmap" / "images.npy"))
+        assert f["labels"].dtype == np.int64 and list(f["labels"][:]) == list(source.labels)
+        assert [k.decode() for k in f["keys"][:]] == source.keys
+        assert f["checksums"].dtype == np.uint64
+        assert json.loads(f.attrs["classes"]) == source.classes
+        assert json.loads(f.attrs["options"])["compression"] == compression and f.attrs["store"] == "pixels"
+
+
+def test_plain_h5py_reads_encoded(image_tree, tmp_path):
+    pack(image_tree, tmp_path / "out", "hdf5", workers=2)
+    source = scan(image_tree)
+    with h5py.File(tmp_path / "out" / "data.h5", "r") as f:
+        assert h5py.check_vlen_dtype(f["encoded"].dtype) == np.uint8 and "images" not in f
+        assert f["encoded"][7].tobytes() == (image_tree / source.paths[7]).read_bytes()
+
+
+def test_compression_needs_pixels(image_tree, tmp_path):
+    with pytest.raises(OptionError, match="--compression gzip applies to --store pixels only"):
+        pack(image_tree, tmp_path / "out", "hdf5", compression="gzip")
+    with pytest.raises(OptionError, match="--compression 'zstd'"):
+        pack(image_tree, tmp_path / "out", "hdf5", store="pixels", compression="zstd")
+    assert not (tmp_path / "out").exists()

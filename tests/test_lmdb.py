@@ -1,0 +1,56 @@
+"""The LMDB format's own checks: plain-lmdb interop, map growth, a damaged header
+(shared behaviour with hdf5: test_single_writer.py)."""
+from __future__ import annotations
+
+import json
+import logging
+import struct
+
+import lmdb
+import pytest
+
+import pixfeed.packers.lmdb as lmdb_writer
+from pixfeed.datasets import LmdbImageDataset
+from pixfeed.errors import CorruptDataError
+from pixfeed.packers import pack
+from pixfeed.source import scan
+
+
+def test_plain_lmdb_reads_documented_layout(image_tree, tmp_path):
+    pack(image_tree, tmp_path / "out", "lmdb", workers=2)
+    source = scan(image_tree)
+    env = lmdb.open(str(tmp_path / "out" / "data.mdb"), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn:
+        value = txn.get(b"0000000005")
+        meta = json.loads(txn.get(b"__pixfeed__"))
+        keys = [k for k, _ in txn.cursor()]
+    env.close()
+    magic, version, kind, _, label, _, h, w, n = struct.unpack_from("<4sBBHqQIIQ", value)
+    assert (magic, version, label, n) == (b"PXFR", 1, source.labels[5], len(value) - 40)
+    assert kind in (1, 2) and value[40:] == (image_tree / source.paths[5]).read_bytes()
+    assert meta["count"] == len(source) and meta["classes"] == source.classes
+    assert keys == [b"%010d" % i for i in range(len(source))] + [b"__pixfeed__"]
+
+
+def test_map_grows_from_a_tiny_estimate(image_tree, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(lmdb_writer, "initial_map_size", lambda count, stored: 32 << 10)
+    caplog.set_level(logging.DEBUG, logger="pixfeed.packers.lmdb")
+    m = pack(image_tree, tmp_path / "out", "lmdb", store="pixels", size=64, workers=2)
+    assert "map full" in caplog.text
+    stored = m["stats"]["stored_bytes"]
+    assert stored > 32 << 10 and m["files"]["data.mdb"]["bytes"] < 2 * stored + (256 << 10)
+    ds = LmdbImageDataset(tmp_path / "out")
+    assert [ds[i][1] for i in range(len(ds))] == list(scan(image_tree).labels)
+
+
+def test_damaged_header_names_lmdb_key(image_tree, tmp_path):
+    pack(image_tree, tmp_path / "out", "lmdb", workers=2)
+    env = lmdb.open(str(tmp_path / "out" / "data.mdb"), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn:
+        header = txn.get(b"0000000003")[:40]
+    env.close()
+    data = (tmp_path / "out" / "data.mdb").read_bytes()
+    assert data.count(header) == 1
+    (tmp_path / "out" / "data.mdb").write_bytes(data.replace(header, header[:4] + b"\x09" + header[5:]))
+    with pytest.raises(CorruptDataError, match=r"record 3 .*key 0000000003: malformed record: record version 9"):
+        LmdbImageDataset(tmp_path / "out", verify=False)[3]
