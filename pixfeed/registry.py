@@ -9,6 +9,7 @@ from .errors import OptionError
 FORMATS = {
     # name: (writer "module:Class", reader "module:Class")
     "mmap": ("pixfeed.packers.mmap:MmapWriter", "pixfeed.datasets.mmap:MmapImageDataset"),
+    "wds": ("pixfeed.packers.wds:WdsWriter", "pixfeed.datasets.wds:WdsImageDataset"),
     "lmdb": ("pixfeed.packers.lmdb:LmdbWriter", "pixfeed.datasets.lmdb:LmdbImageDataset"),
     "hdf5": ("pixfeed.packers.hdf5:H5Writer", "pixfeed.datasets.hdf5:H5ImageDataset"),
 }

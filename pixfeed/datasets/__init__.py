@@ -4,6 +4,7 @@ from .hdf5 import H5ImageDataset
 from .lmdb import LmdbImageDataset
 from .mmap import MmapImageDataset
 from .open import open_dataset
+from .wds import WdsImageDataset
 
 __all__ = ["H5ImageDataset", "ImageRecords", "LmdbImageDataset", "MapImageDataset", "MmapImageDataset",
-           "open_dataset"]
+           "WdsImageDataset", "open_dataset"]

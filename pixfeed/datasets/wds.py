@@ -1,0 +1,207 @@
+"""Reader of the WebDataset format (layout: pixfeed.packers.wds), an IterableDataset.
+
+Record ``i`` is the ``i``-th sample in manifest shard order (``keys.json[i]``
+is its key).  Each epoch (``set_epoch``) is split like this:
+
+1. Shard order: the manifest's, or shuffled from ``(seed, epoch)``, the same
+   on every rank.
+2. Ranks: the epoch's stream of N samples is cut into ``world_size``
+   contiguous ranges of exactly ``N // world_size`` samples, and rank r reads
+   range r.  Every rank yields the same number of samples (``len(ds)``), so a
+   DDP job never waits on a rank that ran out; no sample comes twice in an
+   epoch; the last ``N % world_size`` samples of the stream are left out
+   (fewer than ``world_size``, others each epoch when shards are shuffled).
+   Dropping beats repeating: a repeat is an unrequested extra weight on a
+   sample and a duplicate in evaluation.  A rank whose range starts inside a
+   shard reads past that shard's first samples (at most one shard per epoch).
+3. DataLoader workers: the rank's shards (or parts of shards) are dealt
+   round-robin to its workers.  With fewer shards than workers, every worker
+   reads all of them and keeps every ``num_workers``-th sample (a one-time
+   warning says so; pack with a smaller ``--shard-size`` to avoid the extra
+   reads).  A worker left with nothing ends at once.
+4. Shuffling: a buffer of ``buffer`` samples per worker (stored bytes, decoded
+   on the way out), seeded from ``(seed, epoch, rank, worker)``.
+
+``rank``/``world_size`` default to torch.distributed's when it is initialised
+(else 0 and 1); ``make_loader`` sets them.  Each sample is checked: the image
+member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
+exists, its xxh3_64 matches the ``.json`` (unless ``verify=False``), the
+``.json`` index matches the sample's place, and each shard holds its manifest
+count.  Shards are read with webdataset's tar iterators; its decoders are never
+used, bytes become pixels only in ``pixfeed.decode``.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import tarfile
+import warnings
+from typing import Iterator, List, Tuple
+
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
+from webdataset import shuffle as buffer_shuffle
+from webdataset.tariterators import group_by_keys, tar_file_expander
+
+from ..errors import CorruptDataError, DatasetError, OptionError
+from ..loaders.world import World
+from .base import ImageRecords
+
+Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
+_WARNED: set = set()
+
+
+class WdsImageDataset(ImageRecords, IterableDataset):
+    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", verify=True,
+    shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
+
+    ``size``, ``crop``, ``verify`` and any other option go to ImageRecords."""
+    format = "wds"
+
+    def __init__(self, path, transform=None, *, shuffle: bool = True, buffer: int = 1000, seed: int = 0,
+                 rank=None, world_size=None, **options):
+        if not isinstance(path, (str, os.PathLike)):
+            raise OptionError(f"path {path!r}: give the directory of a pixfeed wds dataset "
+                              "(its manifest lists the shards), not a list of shard URLs")
+        super().__init__(path, transform, **options)
+        if buffer < 0 or seed < 0:
+            raise OptionError(f"buffer={buffer}, seed={seed}: both must be non-negative integers")
+        self.shuffle, self.buffer, self.seed, self.epoch = shuffle, buffer, seed, 0
+        self.rank, self.world_size = _world(rank, world_size)
+        self.shards = _shard_table(self.manifest, self.path)
+        self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
+
+    def __len__(self) -> int:
+        """Samples this rank yields per epoch."""
+        return self.manifest["count"] // self.world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _open(self) -> list:
+        return [self.path / s["name"] for s in self.shards]
+
+    def where(self, i: int) -> str:
+        shard = self.shards[int(np.searchsorted(self._starts, i, side="right")) - 1]
+        return f"{super().where(i)} in shard {shard['name']}"
+
+    def __iter__(self) -> Iterator:
+        paths = self.handle  # checks every shard's presence and size, once per process
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
+        records = self._select(paths, pieces, stride, worker % stride)
+        if self.shuffle and self.buffer > 1:
+            rng = random.Random(f"{self.seed}-{self.epoch}-{self.rank}-{worker}")
+            records = buffer_shuffle(self.buffer, initial=self.buffer, rng=rng)(records)
+        for s, i, sample in records:
+            yield self._decode(s, i, sample)
+
+    def _rank_pieces(self) -> List[Piece]:
+        """The parts of shards this rank reads this epoch, in reading order."""
+        order = np.arange(len(self.shards))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(order)
+        lo, hi = self.rank * len(self), (self.rank + 1) * len(self)
+        pieces, pos = [], 0
+        for s in order:
+            n = self.shards[s]["count"]
+            if pos < hi and pos + n > lo:
+                pieces.append((int(s), max(lo - pos, 0), min(hi - pos, n)))
+            pos += n
+        return pieces
+
+    def _worker_pieces(self, pieces: List[Piece], worker: int, workers: int) -> Tuple[List[Piece], int]:
+        """(pieces this worker reads, keep every stride-th sample of them)."""
+        if len(pieces) >= workers:
+            return pieces[worker::workers], 1
+        if worker == 0 and self.path not in _WARNED:
+            _WARNED.add(self.path)
+            warnings.warn(f"{self.path}: rank {self.rank} reads {len(pieces)} shard(s) with {workers} DataLoader "
+                          f"workers; every worker reads them all and keeps 1 sample in {workers} (pack with a "
+                          f"smaller --shard-size to give each worker whole shards)", stacklevel=3)
+        return pieces, workers
+
+    def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
+        m = 0
+        for s, first, stop in pieces:
+            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"])):
+                if j >= first:
+                    if m % stride == offset:
+                        yield s, int(self._starts[s]) + j, sample
+                    m += 1
+
+    @staticmethod
+    def _shard(path, stop: int, count: int) -> Iterator[dict]:
+        """The first ``stop`` samples of a shard as webdataset dicts; damage names the shard and key."""
+        n, key = 0, None
+        try:
+            with open(path, "rb") as f:
+                for sample in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])):
+                    key = sample["__key__"]
+                    yield sample
+                    n += 1
+                    if n == stop:
+                        return
+        except (tarfile.TarError, OSError, ValueError) as e:
+            raise CorruptDataError(f"{path}: damaged tar after member key {key!r} "
+                                   f"({e.args[0] if e.args else type(e).__name__})") from None
+        raise CorruptDataError(f"{path}: ends after {n} samples (last member key {key!r}), but the manifest "
+                               f"records {count}; the shard is truncated or damaged")
+
+    def _decode(self, s: int, i: int, sample: dict):
+        where = f"{self.path / self.shards[s]['name']}: member key {sample['__key__']!r} (record {i})"
+        exts = ("npy",) if self.store == "pixels" else ("jpg", "png")
+        data = next((sample[e] for e in exts if e in sample), None)
+        if data is None:
+            found = sorted(k for k in sample if not k.startswith("__"))
+            raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
+        expected, label = _meta(sample, where, i)
+        self.check(data, expected, i)
+        return self.sample(self._array(data, where) if self.store == "pixels" else data, label, i)
+
+    def _array(self, data: bytes, where: str) -> np.ndarray:
+        try:
+            arr = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, EOFError, OSError) as e:
+            raise CorruptDataError(f"{where}: .npy member cannot be read ({e})") from None
+        if arr.dtype != np.uint8 or arr.shape != self.stored_shape:
+            raise CorruptDataError(f"{where}: .npy member is {arr.dtype} {arr.shape}, "
+                                   f"expected uint8 {self.stored_shape}")
+        return arr
+
+
+def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
+    """(checksum, label) from the ``.json`` member, whose index must be ``i``."""
+    try:
+        meta = json.loads(sample["json"])
+        expected, label, index = int(meta["xxh3_64"], 16), int(meta["label"]), meta["index"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptDataError(f"{where}: missing or damaged .json member ({type(e).__name__}: {e})") from None
+    if index != i:
+        raise CorruptDataError(f"{where}: its .json says record {index}, but its place in the shards makes it "
+                               f"record {i}; the shard is damaged or not from this dataset")
+    return expected, label
+
+
+def _world(rank, world_size) -> Tuple[int, int]:
+    if rank is None and world_size is None:
+        world = World.detect("auto")
+        return world.rank, world.size
+    if rank is None or world_size is None or not 0 <= rank < world_size:
+        raise OptionError(f"rank={rank}, world_size={world_size}: give both, with 0 <= rank < world_size, "
+                          "or neither to use torch.distributed's")
+    return rank, world_size
+
+
+def _shard_table(manifest: dict, path) -> list:
+    shards = manifest.get("shards")
+    valid = isinstance(shards, list) and all(
+        isinstance(s, dict) and s.get("name") in manifest["files"] and isinstance(s.get("count"), int)
+        and s["count"] > 0 for s in shards)
+    if not valid or sum(s["count"] for s in shards) != manifest["count"]:
+        raise DatasetError(f"{path}: the manifest's \"shards\" list is missing, names files it does not list, or "
+                           f"does not add up to its count of {manifest['count']}; re-pack the dataset")
+    return shards

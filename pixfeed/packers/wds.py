@@ -1,0 +1,216 @@
+"""Writer of the WebDataset format: POSIX tar shards of samples.
+
+Layout::
+
+    shard-000000.tar, shard-000001.tar, ...   one pack task each, written in parallel
+    keys.json, pixfeed.json                   pixfeed.json lists every shard under "shards":
+                                              [{"name", "count", "bytes", "xxh3_64"}]
+
+Each sample is three consecutive tar members sharing a member key ``K``:
+
+    K.jpg | K.png   encoded mode: the stored image bytes (extension from the real format)
+    K.npy           pixels mode: uint8 H x W x 3 RGB, ``np.save(allow_pickle=False)``
+    K.cls           the label as ASCII decimal (-1 for a flat source)
+    K.json          {"key": pixfeed key, "label", "class": name or null,
+                     "size": [H, W] of the source image (after EXIF orientation),
+                     "index": record index in the dataset,
+                     "xxh3_64": checksum of the image member's bytes, 16 hex digits}
+
+Members are deterministic: PAX format, mtime 0, uid/gid 0, no owner names,
+mode 0o444.  Member keys: WebDataset splits a member name at the first "." of
+its basename and treats "/" as a directory, so the pixfeed key is made flat
+and dot-free: NFC-normalised, "/" becomes "__", every character other than a
+Unicode letter, digit, "_" or "-" becomes "_" (``cat/my photo.v2`` ->
+``cat__my_photo_v2``); a key that is then taken gets "-1", "-2", ...
+(first come in source order).  The pixfeed key is kept in ``K.json`` and
+``keys.json``.
+
+Order: samples are shuffled (seed ``--seed``) before sharding, since shards
+are read sequentially; ``--no-shuffle`` keeps source order.  Record ``i`` of
+the dataset is the ``i``-th sample in shard order, so ``keys.json[i]`` is its
+key.  Shards hold at most ``--shard-size`` samples and their files at most
+``--shard-bytes`` bytes (a single larger sample gets a shard of its own); with
+neither, shards are bounded at 256 MiB: big enough for sequential reads and
+negligible per-shard cost, small enough that ImageNet-1k gives ~550 shards,
+several whole shards for each of 8 ranks x 8 DataLoader workers.  Byte
+bounds are planned from source file sizes (encoded; an upper bound when
+``--max-side`` re-encodes) or H*W*3 plus the .npy header (pixels).  Under
+``--on-error skip`` a shard holds fewer samples; ``finish`` renumbers the
+``index`` of later shards and drops shards left empty.
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import tarfile
+import unicodedata
+from pathlib import Path
+from typing import Iterator, List
+
+import numpy as np
+
+from ..checksum import file_hash, record_hash
+from ..decode import open_image
+from ..errors import OptionError
+from .pipeline import Record, TaskResult, Writer
+
+log = logging.getLogger(__name__)
+DEFAULT_SHARD_BYTES = 256 << 20
+MEMBER_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "npy"}
+_BLOCK, _RECORD = tarfile.BLOCKSIZE, tarfile.RECORDSIZE
+_AWKWARD = re.compile(r"[^\w-]")
+_JSON_FIXED = 192  # the .json member less its key and class name, numbers at their widest
+
+
+def shard_name(task: int) -> str:
+    return f"shard-{task:06d}.tar"
+
+
+def member_keys(keys: List[str]) -> List[str]:
+    """Flat, dot-free, unique tar member keys for pixfeed keys (rule in the module docstring)."""
+    out, seen = [], set()
+    for key in keys:
+        base = _AWKWARD.sub("_", unicodedata.normalize("NFC", key).replace("/", "__"))
+        name, n = base, 1
+        while name in seen:
+            name, n = f"{base}-{n}", n + 1
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+def _pad(n) -> np.ndarray:
+    return -(-np.asarray(n) // _BLOCK) * _BLOCK
+
+
+def _header_bytes(name: str) -> int:
+    """Tar header bytes of a member named ``name``: a PAX header first if it is long or non-ASCII."""
+    size = len(name.encode("utf-8"))
+    return _BLOCK if name.isascii() and size <= 100 else 2 * _BLOCK + int(_pad(size + 16))
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _json(meta: dict) -> bytes:
+    return json.dumps(meta, ensure_ascii=False).encode("utf-8")
+
+
+def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.uid, info.gid = len(data), 0, 0o444, 0, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+class WdsWriter(Writer):
+    format = "wds"
+    default_store = "encoded"
+
+    def plan(self, workers: int) -> List[np.ndarray]:
+        n, opts = len(self.source), self.opts
+        if opts.shard_size is not None and opts.shard_size < 1:
+            raise OptionError(f"--shard-size {opts.shard_size}: must be at least 1 sample")
+        if opts.shard_bytes is not None and opts.shard_bytes < _RECORD:
+            raise OptionError(f"--shard-bytes {opts.shard_bytes}: must be at least {_RECORD}, "
+                              "the size of one tar record (tar files grow in records)")
+        self.names = member_keys(self.source.keys)
+        order = np.random.default_rng(opts.seed).permutation(n) if opts.shuffle else np.arange(n)
+        ends = self._shard_ends(self._estimates()[order])
+        self.starts = [0, *ends[:-1]]
+        return np.split(order, ends[:-1])
+
+    def _estimates(self) -> np.ndarray:
+        """Upper bound of each source sample's bytes in a tar file, in source order."""
+        if self.opts.store == "pixels":
+            h, w = self.opts.size
+            payload = np.full(len(self.source), len(_npy(np.zeros((h, w, 3), np.uint8))))
+        else:
+            payload = self.source.sizes
+        classes = self.source.classes or [""]
+        headers = np.array([3 * _header_bytes(f"{name}.json") for name in self.names])
+        labels = np.maximum(self.source.labels, 0)
+        text = np.array([len(key) + len(classes[label]) for key, label in zip(self.source.keys, labels)])
+        return headers + _pad(payload) + _BLOCK + _pad(_JSON_FIXED + 6 * text)  # 6: a "\uXXXX" escape
+
+    def _shard_ends(self, sizes: np.ndarray) -> List[int]:
+        """End positions of the shards: greedy, closing a shard before either bound is passed."""
+        opts, n = self.opts, len(sizes)
+        limit = opts.shard_bytes or (None if opts.shard_size else DEFAULT_SHARD_BYTES)
+        budget = np.inf if limit is None else limit // _RECORD * _RECORD - 2 * _BLOCK
+        count = opts.shard_size or n
+        cum = np.concatenate([[0], np.cumsum(sizes)])
+        ends, start = [], 0
+        while start < n:
+            end = int(np.searchsorted(cum, cum[start] + budget, side="right")) - 1
+            if end <= start:
+                log.warning("shard %d: a sample of about %d bytes exceeds --shard-bytes %s; it gets a shard of its own",
+                            len(ends), int(sizes[start]), limit)
+            start = min(max(end, start + 1), start + count, n)
+            ends.append(start)
+        return ends
+
+    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> dict:
+        path, count = self.root / shard_name(task), 0
+        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+            for rec in records:
+                self._write_sample(tar, rec, self.starts[task] + count)
+                count += 1
+        return _shard_entry(path, count)
+
+    def _write_sample(self, tar: tarfile.TarFile, rec: Record, index: int) -> None:
+        payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
+        classes = self.source.classes
+        meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
+                "size": list(self._source_size(rec)), "index": index, "xxh3_64": f"{record_hash(payload):016x}"}
+        name = self.names[rec.index]
+        add_member(tar, f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
+        add_member(tar, f"{name}.cls", str(rec.label).encode("ascii"))
+        add_member(tar, f"{name}.json", _json(meta))
+
+    def _source_size(self, rec: Record) -> tuple:
+        """(H, W) of the source image; only stored records that were not resized have it already."""
+        if self.opts.store == "encoded" and not self.opts.max_side:
+            return rec.shape
+        path = self.source.root / self.source.paths[rec.index]
+        img = open_image(path.read_bytes(), str(path), self.opts.max_pixels)
+        w, h = img.size
+        return (w, h) if img.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (h, w)
+
+    def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
+        shards, start = [], 0
+        for r in results:
+            entry = r.extra
+            path = self.root / entry["name"]
+            if entry["count"] == 0:
+                path.unlink()
+                continue
+            if start != self.starts[r.task]:
+                _renumber(path, self.starts[r.task] - start)
+                entry = _shard_entry(path, entry["count"])
+            shards.append(entry)
+            start += entry["count"]
+        return {"shards": shards}
+
+
+def _shard_entry(path: Path, count: int) -> dict:
+    return {"name": path.name, "count": count, "bytes": path.stat().st_size, "xxh3_64": file_hash(path)}
+
+
+def _renumber(path: Path, shift: int) -> None:
+    """Lower the "index" of every .json member by ``shift`` (samples skipped in earlier shards)."""
+    tmp = path.with_name(f"{path.name}.renumber")
+    with tarfile.open(path) as src, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as dst:
+        for info in src:
+            data = src.extractfile(info).read()
+            if info.name.endswith(".json"):
+                meta = json.loads(data)
+                meta["index"] -= shift
+                data = _json(meta)
+            add_member(dst, info.name, data)
+    os.replace(tmp, path)
