@@ -27,7 +27,7 @@ class MmapImageDataset(MapImageDataset):
     def _read(self, indices: np.ndarray):
         h = self.handle
         if self.store == "pixels":
-            stored = h["images"][indices] if len(indices) > 1 else h["images"][indices[0]][None]
+            stored = h["images"][indices]  # a gathered copy, writable
         else:
             starts, ends = h["offsets"][indices], h["offsets"][indices + 1]
             stored = [h["data"][s:e] for s, e in zip(starts, ends)]
