@@ -16,7 +16,7 @@ from pixfeed.cli import main
 from pixfeed.registry import FORMATS
 
 ROW_FIELDS = {"name", "format", "store", "pack", "storage", "read", "ratio_to_ceiling", "pack_ratio",
-              "x_baseline", "cpu_ms_per_image", "main_busy", "workers_busy"}
+              "x_baseline", "cpu_ms_per_image", "cpu_efficiency", "main_busy", "workers_busy"}
 READ_FIELDS = {"ceiling", "epochs", "images_per_s", "mb_per_s", "first_batch_s", "workers", "plan", "seconds",
                "main_peak_mb", "workers_peak_mb", "workers_seen", "main_cpu_s", "workers_cpu_s", "cpu_s",
                "peak_reset"}
@@ -89,7 +89,7 @@ def test_worker_memory_and_cpu_are_counted():
         return torch.utils.data.DataLoader(data, batch_size=4, num_workers=1, persistent_workers=True)
 
     result = read_epochs(make, 2, lambda workers: {"workers": workers})
-    assert result["ceiling"] == {"workers": 1}
+    assert result["ceiling"]["workers"] == 1 and len(result["ceiling"]["samples"]) == 2
     assert [e["images"] for e in result["epochs"]] == [32, 32]
     assert result["workers_seen"] == 1 and result["workers_peak_mb"] > 0
     assert result["workers_cpu_s"] > 0 and result["main_peak_mb"] > 0

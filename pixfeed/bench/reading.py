@@ -17,6 +17,7 @@ from PIL import Image
 
 from ..decode import Size, resize
 from ..source import scan
+from .ceilings import bracket
 from .procstats import ProcUsage
 
 
@@ -39,30 +40,35 @@ class FolderDataset(torch.utils.data.Dataset):
 
 
 def _epoch(loader, usage: ProcUsage) -> dict:
+    """Read one epoch; "steady" rates leave out the first batch (worker start-up, first reads)."""
     images = nbytes = 0
-    first: Optional[float] = None
+    first = None
     start = time.perf_counter()
     for batch, labels in loader:
-        first = first if first is not None else time.perf_counter() - start
         images += int(labels.numel())
         nbytes += batch.numel() * batch.element_size()
         batch[0, 0, 0, 0].item()  # touch: the loop a GPU step would run, minus the step
-        usage.sample(force=images == int(labels.numel()))
+        first = first or (time.perf_counter() - start, images, nbytes)
+        usage.sample(force=images == first[1])
     seconds = time.perf_counter() - start
-    return {"seconds": round(seconds, 4), "images": images, "first_batch_s": round(first or seconds, 4),
+    t0, n0, b0 = first if first and images > first[1] else (0.0, 0, 0)
+    rest = max(seconds - t0, 1e-9)
+    return {"seconds": round(seconds, 4), "images": images, "bytes": nbytes,
+            "first_batch_s": round(first[0] if first else seconds, 4),
             "images_per_s": round(images / seconds, 1), "mb_per_s": round(nbytes / seconds / 1e6, 1),
-            "bytes": nbytes}
+            "steady_images_per_s": round((images - n0) / rest, 1), "steady_mb_per_s": round((nbytes - b0) / rest / 1e6, 1)}
 
 
 def read_epochs(make: Callable[[], torch.utils.data.DataLoader], epochs: int,
                 limit: Callable[[int], dict], before_epoch: Optional[Callable[[], None]] = None) -> dict:
     """Build a loader with ``make`` and read ``epochs`` epochs: per-epoch rates, peaks, CPU time.
 
-    ``limit(workers)`` measures the row's ceiling just before the first epoch,
-    so that the ratio compares figures taken under the same machine load.
+    The headline ``images_per_s`` and ``mb_per_s`` are the best epoch's steady
+    rates (after its first batch; ``first_batch_s`` is reported apart).
+    ``limit(workers)`` measures the row's ceiling, before and after the epochs.
     """
     loader = make()
-    ceiling = limit(loader.num_workers)
+    before = limit(loader.num_workers)
     usage = ProcUsage().start()
     plan = getattr(loader, "pixfeed_plan", None)
     workers = loader.num_workers
@@ -75,8 +81,9 @@ def read_epochs(make: Callable[[], torch.utils.data.DataLoader], epochs: int,
     del loader
     if workers:
         gc.collect()  # shuts persistent workers down, so their CPU time is counted
-    best = max(per_epoch, key=lambda e: e["images_per_s"])
-    return {"ceiling": ceiling, "epochs": per_epoch, "images_per_s": best["images_per_s"], "mb_per_s": best["mb_per_s"],
+    best = max(per_epoch, key=lambda e: e["steady_images_per_s"])
+    return {"ceiling": bracket(before, limit(workers)), "epochs": per_epoch,
+            "images_per_s": best["steady_images_per_s"], "mb_per_s": best["steady_mb_per_s"],
             "first_batch_s": per_epoch[0]["first_batch_s"], "workers": workers,
             "plan": None if plan is None else {k: str(getattr(plan, k)) for k in ("path", "num_workers", "read_ahead")},
             "seconds": round(sum(e["seconds"] for e in per_epoch), 4), **usage.stop(),

@@ -12,7 +12,7 @@ from ..manifest import write_json_atomic
 from .machine import summary
 
 READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline", "1st batch s",
-             "peak RSS main/workers MB", "CPU s", "workers")
+             "peak RSS main/workers MB", "CPU s", "CPU vs ceiling", "workers")
 PACK_HEAD = ("format/store", "pack s", "images/s", "MB/s", "vs ceiling", "ceiling", "on disk vs source")
 
 
@@ -26,7 +26,8 @@ def _read_cells(row: dict) -> List[str]:
     r = row["read"]
     return [row["name"], f"{r['images_per_s']:,.0f}", f"{r['mb_per_s']:,.0f}", f"{row['ratio_to_ceiling']:.0%}",
             _ceiling(r["ceiling"]), f"{row['x_baseline']:.1f}x", f"{r['first_batch_s']:.2f}",
-            f"{r['main_peak_mb']:,.0f} / {r['workers_peak_mb']:,.0f}", f"{r['cpu_s']:.1f}", str(r["workers"])]
+            f"{r['main_peak_mb']:,.0f} / {r['workers_peak_mb']:,.0f}", f"{r['cpu_s']:.1f}", f"{row['cpu_efficiency']:.0%}",
+            str(r["workers"])]
 
 
 def _pack_cells(row: dict) -> List[str]:
@@ -49,7 +50,8 @@ def markdown(result: dict) -> str:
              f"Batch {cfg['batch_size']}, {cfg['size']} px, {cfg['epochs']} epochs, "
              f"{'cold' if cfg['cold'] else 'warm'} cache. Run-wide ceilings: {_ceiling(c['memcopy'])}, "
              f"{_ceiling(c['file_copy'])}, {_ceiling(c['decode_1'])}, {_ceiling(c['decode_pack'])}.", "",
-             "## Reading (best epoch; each ratio is to the ceiling measured just before the row)", ""]
+             "## Reading (steady rate of the best epoch, after its first batch; ceilings measured just before and after each row)",
+             ""]
     ordered = sorted(rows, key=lambda r: -r["read"]["images_per_s"])
     lines += table(READ_HEAD, [_read_cells(r) for r in ordered])
     packed = [r for r in rows if r["pack"] is not None]

@@ -4,8 +4,9 @@ Order of one run: the source (or a synthetic sample), run-wide ceilings for
 the heading (memory copy, file copy, decode), the two baselines over the source folder,
 then for each format and store: pack, storage read rate of the packed files
 (warm, and cold with ``cold``), read through ``make_loader``.  Each pack and
-read measures its own ceiling just before it runs (decode in the same number
-of processes, memory copy or file copy), so its ratio holds on a busy machine.
+read measures its own ceiling just before and after it runs (decode in the
+same number of processes, memory copy or file copy), so its ratio holds on a
+busy machine.
 Formats that are not registered, or whose pack or read fails, are listed in
 ``unavailable`` with the reason; the others still run.
 """
@@ -27,7 +28,7 @@ from ..loaders import available_cpus, make_loader
 from ..registry import FORMATS, KNOWN
 from ..source import scan
 from . import ceilings, machine, pagecache
-from .procstats import ProcUsage
+from .packing import pack_measured, storage
 from .reading import FolderDataset, read_epochs
 from .targets import judge
 
@@ -96,7 +97,7 @@ class Bench:
     def ceilings(self) -> dict:
         """Run-wide ceilings, for the heading and the chart (rows carry their own)."""
         log.info("measuring ceilings")
-        return {"memcopy": self.memcopy_limit(), "file_copy": self._copy_limit(),
+        return {"memcopy": self.memcopy_limit(), "file_copy": self.copy_limit(),
                 "decode_1": self.decode_limit(1), "decode_pack": self.decode_limit(self.pack_procs)}
 
     def source_files(self) -> List[Path]:
@@ -104,41 +105,22 @@ class Bench:
 
     def format_row(self, fmt: str, store: str) -> dict:
         from ..datasets import open_dataset
-        from ..packers import pack
 
         dst = self.work / f"{fmt}-{store}"
-        limit = self.decode_limit(self.pack_procs) if store == "pixels" else self._copy_limit()
+        limit = partial(self.decode_limit, self.pack_procs) if store == "pixels" else self.copy_limit
         log.info("packing %s/%s", fmt, store)
-        usage = ProcUsage().start()
-        m = pack(self.src, dst, fmt, store=store, size=self.size, workers=self.pack_procs, overwrite=True)
-        cpu_s = usage.stop()["cpu_s"]
+        m, figures = pack_measured(self.src, dst, fmt, store, self.size, self.pack_procs, limit)
         files = [dst / name for name in m["files"]]
-        row = {"name": f"{fmt}/{store}", "format": fmt, "store": store,
-               "pack": _pack_figures(m, limit, cpu_s), "storage": self._storage(files)}
+        row = {"name": f"{fmt}/{store}", "format": fmt, "store": store, "pack": figures,
+               "storage": storage(files, self.cfg.cold)}
         log.info("reading %s/%s", fmt, store)
         limit = self.memcopy_limit if store == "pixels" else self.decode_limit
         row["read"] = self.read(open_dataset(dst, size=self.size, crop="center"), self.loader, limit, files)
         shutil.rmtree(dst, ignore_errors=True)
         return row
 
-    def _copy_limit(self) -> dict:
+    def copy_limit(self) -> dict:
         return {"name": "file copy", **ceilings.file_copy(self.source.root, self.source.paths, self.work)}
-
-    def _storage(self, files: List[Path]) -> dict:
-        warm = pagecache.read_rate(files, cold=False)
-        cold = pagecache.read_rate(files, cold=True) if self.cfg.cold else None
-        return {"bytes": warm["bytes"], "warm_mb_per_s": round(warm["bytes_per_s"] / 1e6, 1),
-                "cold_mb_per_s": None if cold is None else round(cold["bytes_per_s"] / 1e6, 1),
-                "cold_resident_fraction": None if cold is None else cold["resident_before"]}
-
-
-def _pack_figures(m: dict, limit: dict, cpu_s: float) -> dict:
-    stats, seconds = m["stats"], max(m["stats"]["seconds"], 1e-9)
-    on_disk = sum(f["bytes"] for f in m["files"].values())
-    return {"seconds": seconds, "images_per_s": round(m["count"] / seconds, 1),
-            "mb_per_s": round(stats["source_bytes"] / seconds / 1e6, 1),
-            "size_ratio": round(on_disk / max(stats["source_bytes"], 1), 3),
-            "cpu_ms_per_image": round(1000 * cpu_s / m["count"], 3), "ceiling": limit}
 
 
 def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
