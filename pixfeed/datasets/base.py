@@ -11,6 +11,8 @@ per-process handles, checksum checks on read, and turning stored records into
 * ``image`` is a uint8 CHW RGB tensor; ``size=`` and ``crop=`` ("center" or
   "random": random-resized crop + horizontal flip drawn from torch's RNG)
   give every image one shape; ``transform`` is applied last.
+* Encoded records take decode's fast path unless ``exact=True`` (then they
+  match a plain Pillow pipeline pixel for pixel, as pixels-mode packs do).
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ class ImageRecords:
     """Manifest, handle management and record decoding (no torch Dataset base)."""
     format = ""
 
-    def __init__(self, path, transform=None, *, size=None, crop: str = "center", verify: bool = True):
+    def __init__(self, path, transform=None, *, size=None, crop: str = "center", verify: bool = True,
+                 exact: bool = False):
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         if self.manifest["format"] != self.format:
@@ -43,6 +46,7 @@ class ImageRecords:
         if crop == "random" and size is None:
             raise OptionError("crop='random' needs size=, the output size of the random-resized crop")
         self.transform, self.size, self.crop, self.verify = transform, parse_size(size), crop, verify
+        self.exact = exact  # encoded records: False = decode's fast path (see pixfeed.decode, rule 6)
         self.classes: Optional[List[str]] = self.manifest["classes"]
         self.store: str = self.manifest["store"]
         self._handle, self._pid, self._keys = None, None, None
@@ -127,7 +131,8 @@ class ImageRecords:
     def pixels(self, stored, i: int) -> np.ndarray:
         """Stored record -> HxWx3 uint8 array at the requested size and crop."""
         if self.store == "encoded":
-            return decode(bytes(stored), size=self.size, crop=self.crop, rng=_torch_rng(), where=self.where(i))
+            return decode(bytes(stored), size=self.size, crop=self.crop, rng=_torch_rng(), where=self.where(i),
+                          exact=self.exact)
         if self.crop == "random":
             from PIL import Image
             return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, _torch_rng()))

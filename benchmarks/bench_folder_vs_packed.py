@@ -1,0 +1,76 @@
+"""End to end: an encoded pack read through ``make_loader`` with ``size=224`` against
+the same folder read by a torchvision-style dataset, as a ratio measured in one run.
+
+    python benchmarks/bench_folder_vs_packed.py /work/shared/data/imagenet-sample [--epochs 3]
+
+Baseline: ImageFolder-style dataset (PIL open, convert RGB, Resize(256),
+CenterCrop(224), to a uint8 tensor) in a DataLoader with num_workers = CPUs
+and persistent_workers=True.  Candidate: the folder packed as ``mmap --store
+encoded`` and read with ``size=224`` (decode's fast path) through
+``pixfeed.make_loader`` with its automatic settings.  After one warm-up epoch
+each, timed epochs alternate between the two; the best epoch of each counts.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pixfeed import make_loader, open_dataset, pack
+from pixfeed.loaders.cpus import available_cpus
+from pixfeed.source import scan
+from bench_decode import usual
+
+
+class TorchvisionStyleFolder(torch.utils.data.Dataset):
+    def __init__(self, root: Path) -> None:
+        source = scan(root)
+        self.files = [source.root / p for p in source.paths]
+        self.labels = source.labels.tolist()
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        arr = usual(self.files[i].read_bytes())
+        return torch.from_numpy(arr.copy()).permute(2, 0, 1), self.labels[i]
+
+
+def epoch_seconds(loader) -> float:
+    start = time.perf_counter()
+    for images, _ in loader:
+        images.sum()  # touch every batch
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("src", type=Path)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=64)
+    args = ap.parse_args()
+    cpus = available_cpus()
+    with tempfile.TemporaryDirectory() as tmp:
+        dst = Path(tmp) / "packed"
+        pack(args.src, dst, "mmap", store="encoded")
+        packed = make_loader(open_dataset(dst, size=224), args.batch_size, shuffle=True)
+        folder = torch.utils.data.DataLoader(TorchvisionStyleFolder(args.src), args.batch_size, shuffle=True,
+                                             num_workers=cpus, persistent_workers=True)
+        n = len(folder.dataset)
+        best = {"folder": np.inf, "packed": np.inf}
+        for epoch in range(args.epochs + 1):
+            for name, loader in (("folder", folder), ("packed", packed)):
+                t = epoch_seconds(loader)
+                best[name] = min(best[name], t) if epoch else best[name]
+        print(f"{n} images, {cpus} CPUs, batch {args.batch_size}, best of {args.epochs} alternating epochs")
+        print(f"make_loader plan:\n{packed.pixfeed_plan}")
+        for name, t in best.items():
+            print(f"{name:8s} {n / t:8.0f} img/s  {best['folder'] / t:5.2f}x folder")
+
+
+if __name__ == "__main__":
+    main()

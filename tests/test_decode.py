@@ -1,0 +1,101 @@
+"""decode(): the exact path matches plain Pillow; the fast path (exact=False)
+keeps the rules and geometry and stays within its documented PSNR tolerance."""
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pixfeed import _jpeghead
+from pixfeed.decode import decode
+from pixfeed.errors import ImageDecodeError
+from conftest import write_image
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b) ** 2)
+    return math.inf if mse == 0 else 10 * math.log10(255 ** 2 / mse)
+
+
+def encode(tmp_path, size=(120, 90), mode="RGB", fmt="JPEG", seed=0, **save) -> bytes:
+    return write_image(tmp_path / f"img.{fmt.lower()}", size=size, mode=mode, fmt=fmt, seed=seed, **save).read_bytes()
+
+
+def both(data: bytes, **kw):
+    exact = decode(data, rng=np.random.default_rng(7), **kw)
+    fast = decode(data, rng=np.random.default_rng(7), exact=False, **kw)
+    assert fast.shape == exact.shape and fast.dtype == np.uint8 and fast.flags.c_contiguous
+    return exact, fast
+
+
+def test_exact_path_is_plain_pillow(tmp_path):
+    data = encode(tmp_path, size=(120, 90))
+    img = Image.open(io.BytesIO(data)).convert("RGB").resize((43, 32), Image.BILINEAR)
+    want = np.asarray(img.crop(((43 - 32) // 2, 0, (43 - 32) // 2 + 32, 32)))
+    assert np.array_equal(decode(data, size=(32, 32)), want)
+
+
+@pytest.mark.parametrize("mode,fmt", [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGB", "PNG"),
+                                      ("RGBA", "PNG"), ("P", "PNG"), ("I;16", "PNG")])
+@pytest.mark.parametrize("size,resize_mode", [((48, 48), "crop"), ((40, 64), "pad"), ((50, 30), "stretch")])
+def test_fast_path_within_tolerance(tmp_path, mode, fmt, size, resize_mode):
+    data = encode(tmp_path, size=(150, 100), mode=mode, fmt=fmt)
+    exact, fast = both(data, size=size, resize_mode=resize_mode)
+    assert psnr(exact, fast) >= 40
+
+
+def test_fast_path_without_resize_is_exact(tmp_path):
+    data = encode(tmp_path, size=(67, 45))
+    exact, fast = both(data)
+    assert np.array_equal(exact, fast)
+
+
+@pytest.mark.parametrize("decoder", ["simplejpeg", "pillow"])
+def test_dct_downscaling_within_tolerance(tmp_path, monkeypatch, decoder):
+    if decoder == "pillow":
+        monkeypatch.setattr(_jpeghead, "simplejpeg", None)
+    data = encode(tmp_path, size=(640, 480), quality=95)
+    exact, fast = both(data, size=(56, 56))  # 480 / 56 >= 8: decoded at 1/4 scale
+    assert psnr(exact, fast) >= 35
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_on_fast_path(tmp_path, orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(tmp_path, size=(90, 60), exif=exif.tobytes())
+    exact, fast = both(data, size=(40, 30), resize_mode="stretch")
+    assert psnr(exact, fast) >= 40
+    assert _jpeghead.exif_orientation(data) == orientation
+
+
+def test_xmp_orientation_goes_through_pillow(tmp_path):
+    xmp = b'<x:xmpmeta><rdf:Description tiff:Orientation="6"/></x:xmpmeta>'
+    data = encode(tmp_path, size=(90, 60), xmp=xmp)
+    assert _jpeghead.exif_orientation(data) is None
+    exact, fast = both(data)
+    assert exact.shape == (90, 60, 3) and np.array_equal(exact, fast)
+
+
+def test_random_crop_draws_like_the_exact_path(tmp_path):
+    data = encode(tmp_path, size=(200, 150))
+    r1, r2 = np.random.default_rng(3), np.random.default_rng(3)
+    for _ in range(5):
+        exact = decode(data, size=(32, 32), crop="random", rng=r1)
+        fast = decode(data, size=(32, 32), crop="random", rng=r2, exact=False)
+        assert psnr(exact, fast) >= 35
+    assert r1.random() == r2.random()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_fast_path_keeps_the_safety_rules(tmp_path, exact):
+    data = encode(tmp_path, size=(100, 80))
+    with pytest.raises(ImageDecodeError, match="decompression-bomb"):
+        decode(data, max_pixels=7999, exact=exact)
+    with pytest.raises(ImageDecodeError, match="not a JPEG or PNG"):
+        decode(b"GIF89a" + bytes(40), exact=exact)
+    with pytest.raises(ImageDecodeError):
+        decode(data[: len(data) // 2], exact=exact)
