@@ -57,20 +57,24 @@ def memcopy(nbytes: int = MEMCOPY_BYTES, repeats: int = REPEATS) -> dict:
     return {"bytes_per_s": nbytes / best, "bytes": nbytes}
 
 
-def _decode_share(share: Sequence[bytes], size: Size, barrier, results) -> None:
+def _decode_share(share: Sequence[bytes], size: Size, exact: bool, barrier, results) -> None:
     barrier.wait()
     start, cpu = time.perf_counter(), time.process_time()
     for data in share:
-        decode(data, size=size, crop="center")
+        decode(data, size=size, crop="center", exact=exact)
     results.put((time.perf_counter() - start, time.process_time() - cpu))
 
 
-def decode_rate(blobs: List[bytes], size: Size, processes: int) -> dict:
-    """Images/s of decoding ``blobs`` (in memory) at ``size`` in ``processes`` forked processes."""
+def decode_rate(blobs: List[bytes], size: Size, processes: int, exact: bool = True) -> dict:
+    """Images/s of decoding ``blobs`` (in memory) at ``size`` in ``processes`` forked processes.
+
+    ``exact`` picks decode's path as the row being bounded does: Pillow
+    (packing, the folder baselines) or the fast path (datasets' default).
+    """
     processes = max(1, min(processes, len(blobs)))
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(processes), ctx.SimpleQueue()
-    procs = [ctx.Process(target=_decode_share, args=(blobs[i::processes], size, barrier, results), daemon=True)
+    procs = [ctx.Process(target=_decode_share, args=(blobs[i::processes], size, exact, barrier, results), daemon=True)
              for i in range(processes)]
     for p in procs:
         p.start()

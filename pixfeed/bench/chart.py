@@ -48,6 +48,7 @@ def _ceiling_lines(ax, result: dict) -> None:
     c = result["ceilings"]
     h, w = parse_size(result["config"]["size"])
     lines = [(c["decode_1"]["images_per_s"], "decode, 1 process", ":"),
+             (c["decode_1_fast"]["images_per_s"], "fast decode, 1 process", (0, (1, 4))),
              (c["decode_pack"]["images_per_s"], f"decode, {c['decode_pack']['processes']} processes", "-."),
              (c["memcopy"]["bytes_per_s"] / (h * w * 3), "memory copy", "--")]
     for x, label, style in lines:

@@ -21,20 +21,17 @@ from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-import torch
-
 from ..decode import parse_size
 from ..loaders import available_cpus, make_loader
 from ..registry import FORMATS, KNOWN
 from ..source import scan
 from . import ceilings, machine, pagecache
 from .packing import pack_measured, storage
-from .reading import FolderDataset, read_epochs
+from .reading import FolderDataset, plain_loader, read_epochs
 from .targets import judge
 
 log = logging.getLogger(__name__)
 STORES = ("encoded", "pixels")
-BASELINE_WORKERS = 4  # what a user writes today: DataLoader(..., num_workers=4, pin_memory=False)
 
 
 @dataclass
@@ -67,8 +64,9 @@ class Bench:
         log.info("writing a synthetic sample of %d images", self.cfg.count)
         return make_sample(self.work / "sample", self.cfg.count)
 
-    def decode_limit(self, processes: int) -> dict:
-        return {"name": f"decode x{max(1, processes)}", **ceilings.decode_rate(self.blobs, self.size, processes)}
+    def decode_limit(self, processes: int, exact: bool = True) -> dict:
+        name = f"decode x{max(1, processes)}{'' if exact else ' fast'}"
+        return {"name": name, **ceilings.decode_rate(self.blobs, self.size, processes, exact)}
 
     def memcopy_limit(self, _workers: int = 0) -> dict:
         return {"name": "memcopy", **ceilings.memcopy()}
@@ -81,10 +79,8 @@ class Bench:
         return make_loader(dataset, self.cfg.batch_size, shuffle=True, num_workers=self.cfg.workers)
 
     def baselines(self) -> List[dict]:
-        def user_loader(ds):
-            return torch.utils.data.DataLoader(ds, self.cfg.batch_size, shuffle=True,
-                                               num_workers=BASELINE_WORKERS, pin_memory=False)
         rows = []
+        user_loader = partial(plain_loader, batch_size=self.cfg.batch_size)
         for name, make in (("folder (DataLoader, 4 workers)", user_loader), ("folder + make_loader", self.loader)):
             log.info("reading %s", name)
             with warnings.catch_warnings():  # torch's warning of more workers than CPUs: that is the point
@@ -98,7 +94,8 @@ class Bench:
         """Run-wide ceilings, for the heading and the chart (rows carry their own)."""
         log.info("measuring ceilings")
         return {"memcopy": self.memcopy_limit(), "file_copy": self.copy_limit(),
-                "decode_1": self.decode_limit(1), "decode_pack": self.decode_limit(self.pack_procs)}
+                "decode_1": self.decode_limit(1), "decode_1_fast": self.decode_limit(1, exact=False),
+                "decode_pack": self.decode_limit(self.pack_procs)}
 
     def source_files(self) -> List[Path]:
         return [self.source.root / p for p in self.source.paths]
@@ -114,8 +111,10 @@ class Bench:
         row = {"name": f"{fmt}/{store}", "format": fmt, "store": store, "pack": figures,
                "storage": storage(files, self.cfg.cold)}
         log.info("reading %s/%s", fmt, store)
-        limit = self.memcopy_limit if store == "pixels" else self.decode_limit
-        row["read"] = self.read(open_dataset(dst, size=self.size, crop="center"), self.loader, limit, files)
+        dataset = open_dataset(dst, size=self.size, crop="center")
+        exact = getattr(dataset, "exact", True)
+        limit = self.memcopy_limit if store == "pixels" else partial(self.decode_limit, exact=exact)
+        row["read"] = self.read(dataset, self.loader, limit, files)
         shutil.rmtree(dst, ignore_errors=True)
         return row
 
