@@ -77,8 +77,13 @@ def _read_note(row: dict) -> str:
     work = "the bare decode" if "cpu_ms_per_image" in read["ceiling"] else "copying its pixels once"
     return (f"{busy}; {row['cpu_ms_per_image']:.3f} ms CPU per image against {ceiling_ms:.3f} ms for {work} "
             f"(CPU efficiency {row['cpu_efficiency']:.0%}): the other {row['cpu_ms_per_image'] - ceiling_ms:.3f} ms "
-            "go to reading, checksums, tensors, collate, IPC and the loop; busy shares well under 100% "
-            "mean waiting (start-up, hand-offs, or CPUs taken by other load)")
+            "go to reading, checksums, tensors, collate, IPC and the loop" + _waiting(row))
+
+
+def _waiting(row: dict) -> str:
+    busiest = max(row["main_busy"], row["workers_busy"] or 0.0)
+    return "" if busiest >= 0.8 else (f"; no process was busy more than {busiest:.0%} of the time: the rest is "
+                                      "waiting (start-up, hand-offs, or CPUs taken by other load)")
 
 
 def judge(result: dict) -> List[dict]:
