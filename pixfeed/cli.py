@@ -14,6 +14,7 @@ from .errors import PixfeedError
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
+    "pixfeed.verify:add_command",
     "pixfeed.diagnose.cli:add_doctor",
     "pixfeed.diagnose.cli:add_profile",
     "pixfeed.bench.cli:add_command",

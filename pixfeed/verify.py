@@ -1,0 +1,199 @@
+"""``pixfeed verify DST [--deep]``: check a packed dataset against its manifest.
+
+Works for every format from the manifest and the format's reader, and reports
+every problem it finds (not only the first), each naming the file, shard,
+record index or key:
+
+1. files: every data file (and wds shard) is present with its recorded size
+   and xxh3_64;
+2. count: ``keys.json`` and the shards agree with the manifest's count;
+3. records: every record is read through the reader with its checksum
+   checked, and its label is a valid class index (-1 for a flat source);
+   ``deep`` also decodes it and checks its shape: pixels records against the
+   manifest's shape, encoded ones against their image header (after EXIF
+   orientation), which is what the packer recorded.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
+
+import numpy as np
+
+from .checksum import file_hash
+from .decode import check_encoded, decode
+from .errors import PixfeedError
+from .manifest import read_manifest
+
+_CHUNK = 64
+Progress = Optional[Callable[[int], object]]
+
+
+@dataclass
+class Report:
+    path: Path
+    records: int = 0                 # records read and checked
+    files: int = 0                   # data files checked
+    problems: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(path, deep: bool = False, progress: Progress = None) -> Report:
+    """Check the dataset at ``path``; raise DatasetError only if its manifest is unusable."""
+    root = Path(path)
+    manifest = read_manifest(root)
+    report = Report(root)
+    report.problems += _check_files(root, manifest, report)
+    report.problems += _check_count(root, manifest)
+    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None))
+    return report
+
+
+def _file_entries(manifest: dict) -> dict:
+    entries = dict(manifest["files"])
+    for shard in manifest.get("shards") or []:
+        entries.setdefault(shard["name"], shard)
+    return entries
+
+
+def _check_files(root: Path, manifest: dict, report: Report) -> Iterator[str]:
+    for name, meta in sorted(_file_entries(manifest).items()):
+        p = root / name
+        report.files += 1
+        try:
+            size = p.stat().st_size
+            if size != meta["bytes"]:
+                yield f"{p}: {size} bytes, but the manifest records {meta['bytes']} (truncated or damaged)"
+            elif (digest := file_hash(p)) != meta["xxh3_64"]:
+                yield f"{p}: xxh3_64 {digest} does not match the manifest's {meta['xxh3_64']} (damaged)"
+        except FileNotFoundError:
+            yield f"{p}: data file missing (listed in the manifest)"
+        except OSError as e:
+            yield f"{p}: cannot read ({e.strerror or e})"
+
+
+def _check_count(root: Path, manifest: dict) -> Iterator[str]:
+    n, path = manifest["count"], root / manifest["keys_file"]
+    try:
+        keys = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        yield f"{path}: cannot read the record keys ({e})"
+        return
+    if not isinstance(keys, list) or len(keys) != n:
+        yield f"{path}: holds {len(keys) if isinstance(keys, list) else 'no list of'} keys, manifest count is {n}"
+    shards = manifest.get("shards")
+    if shards and sum(s["count"] for s in shards) != n:
+        yield f"{root}: shards hold {sum(s['count'] for s in shards)} records, manifest count is {n}"
+
+
+def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
+    from .datasets import open_dataset
+
+    try:
+        ds = open_dataset(root, verify=True)
+        if not hasattr(ds, "_checked"):
+            yield from _check_stream(ds, manifest, deep, report, progress)
+            return
+        _ = ds.handle  # opening checks every data file's size
+    except (PixfeedError, OSError) as e:
+        yield f"records not checked: {e}"
+        return
+    for start in range(0, len(ds), _CHUNK):
+        chunk = range(start, min(start + _CHUNK, len(ds)))
+        for i, stored, label, problem in _read(ds, chunk, report):
+            if problem is None:
+                where = ds.where(i)
+                problem = _label_problem(where, label, manifest) or (deep and _shape_problem(where, stored, manifest))
+            if problem:
+                yield problem
+        progress(len(chunk))
+
+
+def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
+    """(index, stored, label, problem) per record; a chunk that fails is re-read one by one."""
+    try:
+        idx, stored, labels = ds._checked(list(chunk))
+    except Exception:  # noqa: BLE001 - re-read record by record, to name each bad one
+        yield from (_read_one(ds, i, report) for i in chunk)
+        return
+    report.records += len(idx)
+    yield from ((i, s, label, None) for i, s, label in zip(idx.tolist(), stored, labels))
+
+
+def _read_one(ds, i: int, report: Report) -> tuple:
+    try:
+        _, stored, labels = ds._checked([i])
+    except Exception as e:  # noqa: BLE001 - a reader's library may raise its own types on damage
+        msg = str(e) if isinstance(e, PixfeedError) else f"cannot read ({type(e).__name__}: {e})"
+        return i, None, None, msg if f"record {i}" in msg else f"{ds.where(i)}: {msg}"
+    report.records += 1
+    return i, stored[0], labels[0], None
+
+
+def _check_stream(ds, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
+    """Iterable readers (wds) check checksums and decode as they stream; check what comes out."""
+    shape = manifest["shape"] and (3, *manifest["shape"][:2])
+    try:
+        for image, label in ds:
+            where = f"{ds.path}: record {report.records} in stream order"
+            report.records += 1
+            yield from filter(None, [_label_problem(where, label, manifest),
+                                     deep and shape and tuple(image.shape) != shape
+                                     and f"{where}: image of shape {tuple(image.shape)}, expected {shape}"])
+            progress(1)
+    except Exception as e:  # noqa: BLE001 - reported; the stream cannot continue past it
+        yield f"{ds.path}: reading stopped after {report.records} records: {type(e).__name__}: {e}"
+    if report.records != manifest["count"]:
+        yield f"{ds.path}: {report.records} records read, manifest count is {manifest['count']}"
+
+
+def _label_problem(where: str, label, manifest: dict) -> Optional[str]:
+    classes, label = manifest["classes"], int(label)
+    if (label == -1) if classes is None else (0 <= label < len(classes)):
+        return None
+    valid = "-1 (flat source)" if classes is None else f"0..{len(classes) - 1}"
+    return f"{where}: label {label} is out of range (expected {valid})"
+
+
+def _shape_problem(where: str, stored, manifest: dict) -> Optional[str]:
+    """Decode ``stored``; compare its shape with the recorded one."""
+    try:
+        if manifest["store"] == "pixels":
+            got, want = tuple(np.asarray(stored).shape), tuple(manifest["shape"])
+        else:
+            data = bytes(stored)
+            want = check_encoded(data, where)[1]
+            got = decode(data, where=where).shape[:2]
+    except PixfeedError as e:
+        return str(e)
+    return None if got == want else f"{where}: decodes to shape {got}, but {want} was recorded"
+
+
+def cmd_verify(args) -> int:
+    from tqdm import tqdm
+
+    from .cli import _progress
+
+    total = read_manifest(args.dst)["count"]
+    with tqdm(total=total, unit="rec", disable=not _progress(args), dynamic_ncols=True) as bar:
+        report = verify(args.dst, deep=args.deep, progress=bar.update)
+    for problem in report.problems:
+        print(f"FAIL {problem}")
+    if not args.quiet or report.problems:
+        state = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+        print(f"{state}: {args.dst}: {report.files} files and {report.records} of {total} records checked"
+              f"{' and decoded' if args.deep else ''}")
+    return 0 if report.ok else 1
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("verify", help="check a packed dataset's files and records against its manifest")
+    p.add_argument("dst", help="packed dataset directory")
+    p.add_argument("--deep", action="store_true", help="also decode every record and check its shape")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only problems")
+    p.set_defaults(func=cmd_verify)

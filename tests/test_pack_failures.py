@@ -1,0 +1,164 @@
+"""Failures while packing: SIGINT and SIGKILL midway, a full disk, a read-only
+destination.  The user gets a message naming DST where one is possible,
+temporary output is removed (now, or by the next pack), and an existing
+dataset at DST is untouched."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_tree, write_image
+
+from pixfeed import registry
+from pixfeed.errors import OutputError
+from pixfeed.packers import pack
+from pixfeed.packers.mmap import MmapWriter
+from pixfeed.verify import verify
+
+CASES = [(f, s) for f in sorted(registry.FORMATS) for s in ("pixels", "encoded")]
+
+
+def _snapshot(dst: Path) -> dict:
+    """Every file of a dataset with its bytes, to prove it was not touched."""
+    return {p.relative_to(dst).as_posix(): p.read_bytes() for p in sorted(dst.rglob("*")) if p.is_file()}
+
+
+def _leftovers(parent: Path) -> list:
+    return sorted(p.name for p in parent.iterdir() if ".pixfeed-" in p.name)
+
+
+@pytest.fixture
+def existing(tmp_path):
+    """(source, DST holding a finished dataset, its snapshot)."""
+    src, dst = make_tree(tmp_path / "src"), tmp_path / "out" / "ds"
+    dst.parent.mkdir()
+    pack(src, dst, "mmap", size=16, workers=1)
+    return src, dst, _snapshot(dst)
+
+
+# ---- signals: a FIFO as the last source image holds the pack midway -----------------------
+
+def _start_blocked_pack(src: Path, dst: Path, workers: int):
+    """Start ``pixfeed pack --overwrite`` and return (process, fifo write end) once it is
+    blocked reading the FIFO, with every other image already packed into its temporary dir."""
+    fifo = src / "eel" / "zz-fifo.jpg"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "pixfeed.cli", "pack", str(src), str(dst), "--overwrite", "--size", "16",
+           "--workers", str(workers), "-q"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # succeeds once the pack opened it to read
+            break
+        except OSError as e:
+            assert e.errno == errno.ENXIO
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"pack never reached the FIFO (exit {proc.poll()}): {proc.communicate()[1]}")
+    assert dst.parent.glob(f".{dst.name}.pixfeed-tmp-{proc.pid}"), "no temporary output midway"
+    return proc, fd
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigint_midway_removes_temporary_output_and_keeps_dst(existing, workers):
+    src, dst, before = existing
+    proc, fd = _start_blocked_pack(src, dst, workers)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 130 and "pixfeed: interrupted; nothing was written" in err, err
+    assert _leftovers(dst.parent) == [] and _snapshot(dst) == before
+
+
+def test_sigkill_midway_keeps_dst_and_next_pack_removes_the_debris(existing):
+    src, dst, before = existing
+    proc, fd = _start_blocked_pack(src, dst, workers=1)
+    try:
+        proc.kill()
+        proc.wait(timeout=60)
+    finally:
+        os.close(fd)
+    assert _leftovers(dst.parent) == [f".ds.pixfeed-tmp-{proc.pid}"]
+    assert _snapshot(dst) == before and verify(dst).ok
+    (src / "eel" / "zz-fifo.jpg").unlink()
+    pack(src, dst, "mmap", size=24, workers=1, overwrite=True)
+    assert _leftovers(dst.parent) == [] and json.loads((dst / "pixfeed.json").read_text())["shape"] == [24, 24, 3]
+
+
+# ---- a full disk ----------------------------------------------------------------------------
+
+def test_enospc_in_a_writer_is_reported_naming_dst(existing, monkeypatch):
+    src, dst, before = existing
+
+    def full(self, task, indices, records):
+        next(iter(records))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.root / "images.npy"))
+
+    monkeypatch.setattr(MmapWriter, "write_task", full)
+    with pytest.raises(OutputError, match=f"cannot write the dataset {dst}: No space left on device .*images.npy"
+                                          f".*; nothing was written; the existing {dst} is unchanged") as err:
+        pack(src, dst, "mmap", workers=1, overwrite=True)
+    assert isinstance(err.value, OSError)  # callers may catch either
+    assert _leftovers(dst.parent) == [] and _snapshot(dst) == before
+
+
+@pytest.fixture
+def mount(tmp_path):
+    """mount(path, size, ro=False): a small tmpfs, unmounted after the test (root only)."""
+    mounted = []
+
+    def do(path: Path, size: str, *opts: str) -> Path:
+        path.mkdir(exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *opts]), "tmpfs", str(path)],
+                           capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            pytest.skip(f"a real full or read-only disk needs a tmpfs mount (root with CAP_SYS_ADMIN): {r.stderr}")
+        mounted.append(path)
+        return path
+
+    yield do
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@pytest.mark.parametrize("fmt,store", CASES)
+def test_real_full_disk(tmp_path, mount, fmt, store):
+    src = make_tree(tmp_path / "src", per_class=8)
+    for i in range(2):
+        write_image(tmp_path / "small" / f"{i}.jpg", fmt="JPEG", seed=i)
+    fs = mount(tmp_path / "fs", "48k")
+    dst = fs / "ds"
+    pack(tmp_path / "small", dst, fmt, store=store, size=16, workers=1)
+    before = _snapshot(dst)
+    with pytest.raises(OutputError, match=f"cannot write the dataset {dst}: .*No space left on device"):
+        pack(src, dst, fmt, store=store, size=64, workers=1, overwrite=True)
+    assert _leftovers(fs) == [] and _snapshot(dst) == before
+
+
+def test_read_only_destination(existing, mount, request):
+    src, dst, before = existing
+    if os.geteuid() == 0:  # root writes through mode bits: use a read-only mount
+        fs = mount(dst.parent.parent / "ro", "1m")
+        pack(src, fs / "ds", "mmap", size=16, workers=1)
+        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        dst, before = fs / "ds", _snapshot(fs / "ds")
+    else:
+        dst.parent.chmod(0o555)
+        request.addfinalizer(lambda: dst.parent.chmod(0o755))
+    with pytest.raises(OutputError, match=f"cannot write the dataset {dst}: (Read-only file system|Permission"
+                                          f" denied).*; nothing was written; the existing {dst} is unchanged"):
+        pack(src, dst, "mmap", size=24, workers=1, overwrite=True)
+    with pytest.raises(OutputError, match=f"cannot write the dataset {dst.parent / 'new'}"):
+        pack(src, dst.parent / "new", "lmdb" if "lmdb" in registry.FORMATS else "mmap", workers=1)
+    assert _leftovers(dst.parent) == [] and _snapshot(dst) == before

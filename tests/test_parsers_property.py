@@ -1,0 +1,93 @@
+"""Property tests of the manifest parser on random input: ``parse_manifest``
+returns exactly the parsed JSON when it follows the documented contract, and
+raises a DatasetError naming the manifest otherwise; it never crashes.
+(The record-header parser has its own property tests in test_record.py.)"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pixfeed.errors import DatasetError
+from pixfeed.manifest import FORMATS, LAYOUT_VERSION, MAGIC, STORES, parse_manifest
+
+WHERE = "some/ds/pixfeed.json"
+VALID = {"magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": "mmap", "count": 3, "classes": ["a", "b"],
+         "store": "pixels", "shape": [4, 5, 3], "checksum": "xxh3_64", "keys_file": "keys.json",
+         "files": {"images.npy": {"bytes": 188, "xxh3_64": "00ff00ff00ff00ff"}}, "skipped": [], "options": {}}
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+def _int(v, low=None) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
+
+
+def _file_ok(name, meta) -> bool:
+    return (isinstance(name, str) and bool(name) and not os.path.isabs(name) and ".." not in Path(name).parts
+            and isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("xxh3_64"), str))
+
+
+def follows_contract(m) -> bool:
+    """The documented manifest rules, written independently of pixfeed.manifest.validate."""
+    if not isinstance(m, dict) or m.get("magic") != MAGIC or not _int(m.get("layout_version")):
+        return False
+    shape, classes, files = m.get("shape"), m.get("classes"), m.get("files")
+    return (m["layout_version"] == LAYOUT_VERSION and m.get("format") in FORMATS and m.get("store") in STORES
+            and _int(m.get("count"), 0)
+            and (classes is None or isinstance(classes, list) and all(isinstance(c, str) for c in classes))
+            and (m["store"] != "pixels" or isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
+                 and all(_int(s, 1) for s in shape))
+            and isinstance(files, dict) and all(_file_ok(n, v) for n, v in files.items()))
+
+
+def check(text) -> None:
+    try:
+        expected = json.loads(text)
+    except (ValueError, RecursionError):
+        expected = DatasetError
+    try:
+        got = parse_manifest(text, WHERE)
+    except DatasetError as e:
+        assert str(e).startswith(f"{WHERE}: ") and len(str(e)) > len(WHERE) + 10
+        assert expected is DatasetError or not follows_contract(expected), f"valid manifest refused: {e}"
+        return
+    assert follows_contract(expected) and got == expected
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes(data):
+    check(data)
+
+
+@given(json_values)
+def test_random_json(value):
+    check(json.dumps(value))
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(sorted(VALID)), json_values | st.sampled_from([*FORMATS, *STORES, LAYOUT_VERSION, 0, -1]),
+       st.booleans())
+def test_one_field_changed_or_removed(field, value, remove):
+    m = dict(VALID)
+    if remove:
+        del m[field]
+    else:
+        m[field] = value
+    check(json.dumps(m))
+
+
+@given(st.dictionaries(st.text(max_size=12) | st.sampled_from(["/abs", "a/../b", "..", "ok.bin"]),
+                       st.fixed_dictionaries({"bytes": json_values, "xxh3_64": json_values}), max_size=3))
+def test_file_tables(files):
+    check(json.dumps({**VALID, "files": files}))
+
+
+def test_valid_manifest_and_deep_nesting():
+    check(json.dumps(VALID))
+    check("[" * 100_000 + "]" * 100_000)
