@@ -13,7 +13,8 @@ from typing import List, Union
 
 from ..errors import OptionError
 from ..registry import KNOWN
-from .runner import STORES, BenchConfig, run_bench
+
+STORES = ("encoded", "pixels")  # the runner (torch, every format) is imported only when bench runs
 
 
 def _names(value: str, allowed: tuple, what: str) -> List[str]:
@@ -49,7 +50,9 @@ def add_command(subparsers) -> None:
     p.set_defaults(func=cmd_bench)
 
 
-def config(args: argparse.Namespace) -> BenchConfig:
+def config(args: argparse.Namespace):
+    from .runner import BenchConfig
+
     for name in ("batch_size", "epochs", "count"):
         if getattr(args, name) < 1:
             raise OptionError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
@@ -68,6 +71,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         logging.getLogger("pixfeed").addHandler(handler)
         logging.getLogger("pixfeed").setLevel(logging.INFO)
     args.out.mkdir(parents=True, exist_ok=True)
+    from .runner import run_bench
+
     result = run_bench(cfg, args.out)
     files = write(result, args.out)
     print(markdown(result))

@@ -26,12 +26,12 @@ from ..loaders import available_cpus, make_loader
 from ..registry import FORMATS, KNOWN
 from ..source import scan
 from . import ceilings, machine, pagecache
+from .cli import STORES
 from .packing import pack_measured, storage
 from .reading import FolderDataset, plain_loader, read_epochs
 from .targets import judge
 
 log = logging.getLogger(__name__)
-STORES = ("encoded", "pixels")
 
 
 @dataclass

@@ -19,6 +19,7 @@ import logging
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -176,6 +177,14 @@ def _init_worker(writer: Writer) -> None:
     _WRITER = writer
 
 
+def _init_pool_worker(writer: Writer) -> None:
+    """Pool workers leave Ctrl-C to the main process (which terminates them) and die
+    on SIGTERM, whatever handlers the parent had installed before forking."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _init_worker(writer)
+
+
 def _run_task(args) -> TaskResult:
     task, indices = args
     w = _WRITER
@@ -230,7 +239,7 @@ def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: 
             pool = None
         else:
             ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(writer,))
+            pool = ctx.Pool(workers, initializer=_init_pool_worker, initargs=(writer,))
             outputs = pool.imap_unordered(_run_task, jobs)
         for r in outputs:
             results.append(r)
