@@ -77,7 +77,10 @@ class H5Writer(StagingWriter):
         encoded = f.create_dataset("encoded", (count,), h5py.vlen_dtype(np.uint8))
         start = 0
         for block in _blocks(self.staged_encoded(results)):
-            encoded[start:start + len(block)] = block
+            # write_direct, not ``encoded[a:b] = block``: h5py's __setitem__ turns an
+            # object array of equal-length rows (one row, or two same-size files) into
+            # a 2-D array and fails with "Can't broadcast (1, n) -> (1,)".
+            encoded.write_direct(block, dest_sel=np.s_[start:start + len(block)])
             start += len(block)
 
 
