@@ -11,7 +11,7 @@ import pytest
 
 import pixfeed.packers.lmdb as lmdb_writer
 from pixfeed.datasets import LmdbImageDataset
-from pixfeed.errors import CorruptDataError
+from pixfeed.errors import CorruptDataError, OutputError
 from pixfeed.packers import pack
 from pixfeed.source import scan
 
@@ -54,3 +54,26 @@ def test_damaged_header_names_lmdb_key(image_tree, tmp_path):
     (tmp_path / "out" / "data.mdb").write_bytes(data.replace(header, header[:4] + b"\x09" + header[5:]))
     with pytest.raises(CorruptDataError, match=r"record 3 .*key 0000000003: malformed record: record version 9"):
         LmdbImageDataset(tmp_path / "out", verify=False)[3]
+
+
+class FailingEnv:
+    """An LMDB environment whose write transactions fail as on a full disk."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def begin(self, **kwargs):
+        raise lmdb.Error("mdb_txn_commit: Input/output error")
+
+
+def test_lmdb_write_failure_is_an_output_error(image_tree, tmp_path, monkeypatch):
+    real_open = lmdb.open
+    monkeypatch.setattr(lmdb, "open", lambda *args, **kwargs: FailingEnv(real_open(*args, **kwargs)))
+    dst = tmp_path / "out"
+    with pytest.raises(OutputError, match=f"cannot write the dataset {dst}: LMDB write failed: "
+                                          r"mdb_txn_commit: Input/output error \(.*data.mdb\); nothing was written"):
+        pack(image_tree, dst, "lmdb", store="pixels", size=16, workers=1)
+    assert list(tmp_path.iterdir()) == [image_tree]

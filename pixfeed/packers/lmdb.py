@@ -24,12 +24,15 @@ Workers decode and stage records as the mmap format does (see
 ``pixfeed.packers.staging``); ``finish`` streams them into LMDB in
 transactions of about 64 MiB.  The map starts at an estimate of the stored
 bytes (plus one page per record) and doubles on MapFullError, retrying the
-transaction; without ``writemap`` the file only ever holds written pages.
+transaction; without ``writemap`` the file only ever holds written pages.  Any
+other lmdb.Error (a full disk shows as "Input/output error") is raised as an
+OSError naming data.mdb, which ``pack`` reports as an OutputError naming DST.
 """
 from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Iterator, List, Tuple
 
 import lmdb
@@ -60,8 +63,17 @@ class LmdbWriter(StagingWriter):
     format = "lmdb"
 
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
+        path = self.root / DATA
+        try:
+            self._write(path, kept, results)
+        except lmdb.Error as e:  # not an OSError; MapFullError never gets here (_commit grows the map)
+            raise OSError(None, f"LMDB write failed: {e}", str(path)) from e
+        self.remove_staging()
+        return {}
+
+    def _write(self, path: Path, kept: np.ndarray, results: List[TaskResult]) -> None:
         stored = sum(r.stored_bytes for r in results)
-        env = lmdb.open(str(self.root / DATA), subdir=False, lock=False, sync=False, metasync=False,
+        env = lmdb.open(str(path), subdir=False, lock=False, sync=False, metasync=False,
                         map_size=initial_map_size(len(kept), stored))
         try:
             for batch in _batches(self._items(kept, results)):
@@ -70,8 +82,6 @@ class LmdbWriter(StagingWriter):
             env.sync(True)
         finally:
             env.close()
-        self.remove_staging()
-        return {}
 
     def _items(self, kept: np.ndarray, results: List[TaskResult]) -> Iterator[Tuple[bytes, bytes]]:
         checksums = (c for r in results for c in r.checksums)
