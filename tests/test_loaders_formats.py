@@ -8,6 +8,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 import torch
+from torch.utils.data import IterableDataset
 
 from conftest import make_tree
 from pixfeed.errors import OptionError
@@ -40,7 +41,8 @@ def identities(images: torch.Tensor) -> List[str]:
 
 
 def all_identities(dataset) -> Counter:
-    return Counter(identities(torch.stack([image for image, _ in (dataset[i] for i in range(len(dataset)))])))
+    samples = dataset if isinstance(dataset, IterableDataset) else (dataset[i] for i in range(len(dataset)))
+    return Counter(identities(torch.stack([image for image, _ in samples])))
 
 
 @pytest.fixture(scope="module")
@@ -52,19 +54,22 @@ def test_formats_were_packed(packed):
     assert {"mmap-pixels", "mmap-encoded"} <= set(packed)
 
 
-@pytest.mark.parametrize("name", ["mmap-pixels", "mmap-encoded"])
-def test_epoch_covers_every_sample_once(packed, name):
-    path, options = packed[name]
-    dataset = open_dataset(path, **options)
+def test_epoch_covers_every_sample_once(packed):
+    for name, (path, options) in packed.items():
+        check_epoch(name, open_dataset(path, **options))
+
+
+def check_epoch(name, dataset):
     loader = make_loader(dataset, 4)
     plan = loader.pixfeed_plan
-    expected_path = ("batch", 0) if name.endswith("pixels") else ("batch", max(0, plan.cpus - 1))
-    assert (plan.path, plan.num_workers) == expected_path
+    if plan.path != "iterable":
+        assert plan.path == "batch", name
+        assert plan.num_workers == (0 if name.endswith("pixels") else plan.cpus - 1), name
     seen = Counter()
     for images, labels in loader:
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, SIZE, SIZE) and labels.dtype == torch.int64
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, SIZE, SIZE) and labels.dtype == torch.int64, name
         seen.update(identities(images))
-    assert seen == all_identities(dataset)
+    assert seen == all_identities(dataset), name
 
 
 def test_pixels_batches_match_single_reads(packed):

@@ -26,7 +26,7 @@ class ArrayDataset(Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
-        image = torch.from_numpy(np.ascontiguousarray(self.images[index])).permute(2, 0, 1)
+        image = torch.from_numpy(np.array(self.images[index])).permute(2, 0, 1)
         if self.augment:  # a random brightness shift, drawn from torch's global RNG
             image = image + torch.randint(0, 50, ()).to(torch.uint8)
         return image, int(self.labels[index])
@@ -40,8 +40,11 @@ class ArrayDataset(Dataset):
         order = np.asarray(indices, dtype=np.int64)
         if self.augment:
             images = torch.stack([self[i][0] for i in indices])
-        else:
-            images = torch.from_numpy(self.images[order]).permute(0, 3, 1, 2)
+        else:  # row by row: each row copy releases the GIL, unlike one fancy-indexed gather
+            rows = np.empty((len(order), *self.images.shape[1:]), dtype=np.uint8)
+            for row, index in zip(rows, order):
+                row[...] = self.images[index]
+            images = torch.from_numpy(rows).permute(0, 3, 1, 2)
         return images, torch.from_numpy(self.labels[order])
 
 

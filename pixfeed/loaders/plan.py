@@ -12,7 +12,10 @@
   one kept for the training process, none on a single CPU, and never more
   workers than batches one rank reads per epoch.
 * ``read_ahead``: one reader thread when there are no workers, the dataset is
-  not ``cpu_bound`` and there are two CPUs or more.
+  not ``cpu_bound`` and there are two CPUs or more.  It hides reads behind
+  training steps that release the GIL (a GPU step does); with no step at all
+  its hand-offs cost up to half the in-process rate (``loader_paths.py
+  --step-ms 0`` vs ``--step-ms 3``), so pass ``read_ahead=False`` for CPU-only loops.
 * ``pin_memory``: when CUDA is available.
 * ``persistent_workers``: whenever there are workers, except for datasets with
   ``set_epoch`` (WebDataset), whose copies in persistent workers would never see it.
