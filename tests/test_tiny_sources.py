@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_image
+from reference import reference_pixels
 
 import pixfeed.registry
-from conftest import write_image
 from pixfeed.datasets import open_dataset
 from pixfeed.packers import pack
-from reference import reference_pixels
 
 SIZE = 16
 

@@ -313,3 +313,23 @@ def test_skipped_images_keep_indices_consistent(tmp_path):
                     meta = json.load(tar.extractfile(info))
                     assert keys[meta["index"]] == meta["key"]
     assert sorted(i for i, _ in Indexed(tmp_path / "d")) == list(range(9))
+
+
+@pytest.mark.parametrize("store", ["encoded", "pixels"])
+def test_shards_written_in_pieces_equal_one_tarfile(image_tree, tmp_path, store):
+    """One shard for 2 workers is packed as pieces and joined: the same bytes as one TarFile writing it."""
+    m = pack(image_tree, tmp_path / "d", "wds", workers=2, store=store, size=8)
+    assert [s["name"] for s in m["shards"]] == ["shard-000000.tar"]
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["keys.json", "pixfeed.json", "shard-000000.tar"]
+    shard = tmp_path / "d" / "shard-000000.tar"
+    buf = io.BytesIO()
+    with tarfile.open(shard) as src, tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as dst:
+        for info in src:
+            data = src.extractfile(info).read()
+            if info.name.endswith(".npy"):
+                want = io.BytesIO()
+                np.save(want, np.load(io.BytesIO(data), allow_pickle=False), allow_pickle=False)
+                assert data == want.getvalue()
+            add_member(dst, info.name, data)
+    assert shard.read_bytes() == buf.getvalue() and len(buf.getvalue()) % tarfile.RECORDSIZE == 0
+    assert len(list(Indexed(tmp_path / "d"))) == len(scan(image_tree))

@@ -2,7 +2,7 @@
 
 Layout::
 
-    shard-000000.tar, shard-000001.tar, ...   one pack task each, written in parallel
+    shard-000000.tar, shard-000001.tar, ...   written in parallel (see Parallelism)
     keys.json, pixfeed.json                   pixfeed.json lists every shard under "shards":
                                               [{"name", "count", "bytes", "xxh3_64"}]
 
@@ -37,10 +37,16 @@ bounds are planned from source file sizes (encoded; an upper bound when
 ``--max-side`` re-encodes) or H*W*3 plus the .npy header (pixels).  Under
 ``--on-error skip`` a shard holds fewer samples; ``finish`` renumbers the
 ``index`` of later shards and drops shards left empty.
+
+Parallelism: each shard is one pack task, unless there are fewer than four
+shards per worker: then each shard is split into pieces (one task each), which
+write member streams to ``shard-NNNNNN.tar.part-TTTTTT`` and ``finish`` joins
+them into the shard (``pixfeed.packers._tar``): the same bytes as one writer.
 """
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -48,25 +54,31 @@ import re
 import tarfile
 import unicodedata
 from pathlib import Path
-from typing import Iterator, List
+from typing import BinaryIO, Iterator, List, Optional
 
 import numpy as np
 
 from ..checksum import file_hash, record_hash
 from ..decode import open_image
 from ..errors import OptionError
+from . import _tar
 from .pipeline import Record, TaskResult, Writer
 
 log = logging.getLogger(__name__)
 DEFAULT_SHARD_BYTES = 256 << 20
 MEMBER_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "npy"}
-_BLOCK, _RECORD = tarfile.BLOCKSIZE, tarfile.RECORDSIZE
+_BLOCK, _RECORD = _tar.BLOCK, _tar.RECORD
+_TASKS_PER_WORKER = 4
 _AWKWARD = re.compile(r"[^\w-]")
 _JSON_FIXED = 192  # the .json member less its key and class name, numbers at their widest
 
 
-def shard_name(task: int) -> str:
-    return f"shard-{task:06d}.tar"
+def shard_name(shard: int) -> str:
+    return f"shard-{shard:06d}.tar"
+
+
+def part_name(shard: int, task: int) -> str:
+    return f"{shard_name(shard)}.part-{task:06d}"
 
 
 def member_keys(keys: List[str]) -> List[str]:
@@ -93,9 +105,10 @@ def _header_bytes(name: str) -> int:
 
 
 def _npy(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    return buf.getvalue()
+    """``np.save(arr, allow_pickle=False)``'s bytes, with one copy of the pixels."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(arr))
+    return b"".join((header.getvalue(), memoryview(np.ascontiguousarray(arr)).cast("B")))
 
 
 def _json(meta: dict) -> bytes:
@@ -103,9 +116,7 @@ def _json(meta: dict) -> bytes:
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode, info.uid, info.gid = len(data), 0, 0o444, 0, 0
-    tar.addfile(info, io.BytesIO(data))
+    tar.addfile(_tar.member_info(name, len(data)), io.BytesIO(data))
 
 
 class WdsWriter(Writer):
@@ -122,8 +133,17 @@ class WdsWriter(Writer):
         self.names = member_keys(self.source.keys)
         order = np.random.default_rng(opts.seed).permutation(n) if opts.shuffle else np.arange(n)
         ends = self._shard_ends(self._estimates()[order])
-        self.starts = [0, *ends[:-1]]
-        return np.split(order, ends[:-1])
+        self.shard_starts = [0, *ends]
+        return self._split(np.split(order, ends[:-1]), workers)
+
+    def _split(self, shards: List[np.ndarray], workers: int) -> List[np.ndarray]:
+        """Tasks: whole shards, or pieces of them when there are too few shards to keep workers busy."""
+        pieces = -(-_TASKS_PER_WORKER * workers // len(shards))
+        tasks = [(shard, piece) for shard, indices in enumerate(shards)
+                 for piece in np.array_split(indices, min(pieces, len(indices)))]
+        self.shard_of = [shard for shard, _ in tasks]
+        self.starts = np.cumsum([0] + [len(piece) for _, piece in tasks])[:-1].tolist()
+        return [piece for _, piece in tasks]
 
     def _estimates(self) -> np.ndarray:
         """Upper bound of each source sample's bytes in a tar file, in source order."""
@@ -155,23 +175,30 @@ class WdsWriter(Writer):
             ends.append(start)
         return ends
 
-    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> dict:
-        path, count = self.root / shard_name(task), 0
-        with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
-            for rec in records:
-                self._write_sample(tar, rec, self.starts[task] + count)
-                count += 1
-        return _shard_entry(path, count)
+    def _whole(self, task: int) -> bool:
+        """Whether ``task`` is a whole shard rather than a piece of one."""
+        return self.shard_of.count(self.shard_of[task]) == 1
 
-    def _write_sample(self, tar: tarfile.TarFile, rec: Record, index: int) -> None:
+    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> dict:
+        shard, whole = self.shard_of[task], self._whole(task)
+        path, count, offset = self.root / (shard_name(shard) if whole else part_name(shard, task)), 0, 0
+        with open(path, "wb") as f:
+            for rec in records:
+                offset += self._write_sample(f, rec, self.starts[task] + count)
+                count += 1
+            if whole:
+                _tar.end_archive(f, offset)
+        return _shard_entry(path, count) if whole else {"name": path.name, "count": count}
+
+    def _write_sample(self, f: BinaryIO, rec: Record, index: int) -> int:
         payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
         classes = self.source.classes
         meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
                 "size": list(self._source_size(rec)), "index": index, "xxh3_64": f"{record_hash(payload):016x}"}
         name = self.names[rec.index]
-        add_member(tar, f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
-        add_member(tar, f"{name}.cls", str(rec.label).encode("ascii"))
-        add_member(tar, f"{name}.json", _json(meta))
+        return (_tar.write_member(f, f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
+                + _tar.write_member(f, f"{name}.cls", str(rec.label).encode("ascii"))
+                + _tar.write_member(f, f"{name}.json", _json(meta)))
 
     def _source_size(self, rec: Record) -> tuple:
         """(H, W) of the source image; only stored records that were not resized have it already."""
@@ -184,33 +211,44 @@ class WdsWriter(Writer):
 
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         shards, start = [], 0
-        for r in results:
-            entry = r.extra
-            path = self.root / entry["name"]
-            if entry["count"] == 0:
-                path.unlink()
-                continue
-            if start != self.starts[r.task]:
-                _renumber(path, self.starts[r.task] - start)
-                entry = _shard_entry(path, entry["count"])
-            shards.append(entry)
-            start += entry["count"]
+        for shard, group in itertools.groupby(results, key=lambda r: self.shard_of[r.task]):
+            entry = self._assemble(shard, list(group), start)
+            if entry is not None:
+                shards.append(entry)
+                start += entry["count"]
         return {"shards": shards}
+
+    def _assemble(self, shard: int, pieces: List[TaskResult], start: int) -> Optional[dict]:
+        """Join the pieces of ``shard`` (first sample number ``start``) and renumber it
+        if samples were skipped; return its manifest entry, or None if it is empty."""
+        path, count = self.root / shard_name(shard), sum(r.extra["count"] for r in pieces)
+        if len(pieces) > 1:
+            _tar.join([self.root / r.extra["name"] for r in pieces], path)
+        if count == 0:
+            path.unlink()
+            return None
+        planned = self.shard_starts[shard + 1] - self.shard_starts[shard]
+        if start != self.shard_starts[shard] or count != planned:
+            _renumber(path, start)
+        elif len(pieces) == 1:
+            return pieces[0].extra
+        return _shard_entry(path, count)
 
 
 def _shard_entry(path: Path, count: int) -> dict:
     return {"name": path.name, "count": count, "bytes": path.stat().st_size, "xxh3_64": file_hash(path)}
 
 
-def _renumber(path: Path, shift: int) -> None:
-    """Lower the "index" of every .json member by ``shift`` (samples skipped in earlier shards)."""
+def _renumber(path: Path, start: int) -> None:
+    """Number the samples' .json "index" ``start``, ``start + 1``, ... (after skipped samples)."""
     tmp = path.with_name(f"{path.name}.renumber")
     with tarfile.open(path) as src, tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as dst:
+        index = itertools.count(start)
         for info in src:
             data = src.extractfile(info).read()
             if info.name.endswith(".json"):
                 meta = json.loads(data)
-                meta["index"] -= shift
+                meta["index"] = next(index)
                 data = _json(meta)
             add_member(dst, info.name, data)
     os.replace(tmp, path)
