@@ -33,7 +33,8 @@ def memory_mib() -> Tuple[float, float]:
 
 class ListIndex(Dataset):
     def __init__(self, count: int) -> None:
-        self.items: List[Tuple[str, int]] = [(f"train/n{i % 1000:08d}/img_{i:08d}.JPEG", i % 1000) for i in range(count)]
+        self.items: List[Tuple[str, int]] = [(f"train/n{i % 1000:08d}/img_{i:08d}.JPEG", i % 1000)
+                                             for i in range(count)]
 
     def __len__(self) -> int:
         return len(self.items)

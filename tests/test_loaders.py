@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset

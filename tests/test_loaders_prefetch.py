@@ -39,7 +39,8 @@ def test_without_mean_scales_to_unit_range_and_keeps_channels_last(loader):
     images, _ = next(iter(DevicePrefetcher(loader, "cpu", dtype=torch.float16)))
     raw, _ = next(iter(loader))
     assert images.dtype == torch.float16 and float(images.max()) <= 1.0
-    assert images.is_contiguous(memory_format=torch.channels_last) == raw.is_contiguous(memory_format=torch.channels_last)
+    channels_last = torch.channels_last
+    assert images.is_contiguous(memory_format=channels_last) == raw.is_contiguous(memory_format=channels_last)
     torch.testing.assert_close(images, raw.half() / 255)
 
 

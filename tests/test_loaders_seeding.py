@@ -20,9 +20,9 @@ class Draws(Dataset):
         return 8
 
     def __getitem__(self, index):
-        worker = get_worker_info()
-        return torch.tensor([-1 if worker is None else worker.id, random.random(), np.random.rand(), torch.rand(()).item()],
-                            dtype=torch.float64)
+        worker = -1 if get_worker_info() is None else get_worker_info().id
+        draws = [worker, random.random(), np.random.rand(), torch.rand(()).item()]
+        return torch.tensor(draws, dtype=torch.float64)
 
 
 def epochs(seed, persistent, count=2):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Iterator, List, Sequence, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import torch
 from torch.utils.data import Dataset
