@@ -7,7 +7,9 @@ import json
 import h5py
 import numpy as np
 import pytest
+import torch
 
+from pixfeed.datasets import H5ImageDataset, MmapImageDataset
 from pixfeed.errors import OptionError
 from pixfeed.packers import pack
 from pixfeed.source import scan
@@ -43,3 +45,15 @@ def test_compression_needs_pixels(image_tree, tmp_path):
     with pytest.raises(OptionError, match="--compression 'zstd'"):
         pack(image_tree, tmp_path / "out", "hdf5", store="pixels", compression="zstd")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("compression", [None, "lzf"])
+def test_sparse_batches_read_row_by_row(image_tree, tmp_path, compression):
+    """Sparse batches read one row at a time: uncompressed rows as raw chunks, the others through h5py."""
+    pack(image_tree, tmp_path / "h5", "hdf5", store="pixels", size=20, compression=compression, workers=2)
+    pack(image_tree, tmp_path / "mmap", "mmap", store="pixels", size=20, workers=2)
+    ds, ref = H5ImageDataset(tmp_path / "h5"), MmapImageDataset(tmp_path / "mmap")
+    assert ds.handle["raw_chunks"] == (compression is None)
+    indices = [11, 0, 11, 5]  # span 12 > 2 x 4: the row-by-row path
+    (images, labels), (want, want_labels) = ds.get_batch(indices), ref.get_batch(indices)
+    assert torch.equal(images, want) and torch.equal(labels, want_labels)

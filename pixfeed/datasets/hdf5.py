@@ -15,6 +15,8 @@ class H5ImageDataset(MapImageDataset):
     handle is never used across a fork).  A dense batch (its indices span at
     most twice its size) is one slice read; a sparse one reads row by row,
     since h5py's fancy selection is ~40x slower than that on chunked data.
+    Rows of uncompressed pixels (one image per chunk, no filters) are read as
+    raw chunks straight into the batch, about twice as fast as ``images[i]``.
     """
     format = "hdf5"
 
@@ -22,8 +24,10 @@ class H5ImageDataset(MapImageDataset):
         import h5py
 
         f = h5py.File(self.path / DATA, "r")
-        return {"data": f["images" if self.store == "pixels" else "encoded"],
-                "labels": f["labels"], "checksums": f["checksums"]}
+        data = f["images" if self.store == "pixels" else "encoded"]
+        raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
+            and data.id.get_create_plist().get_nfilters() == 0
+        return {"data": data, "labels": f["labels"], "checksums": f["checksums"], "raw_chunks": raw}
 
     def _read(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of uint8 arrays."""
@@ -32,9 +36,21 @@ class H5ImageDataset(MapImageDataset):
         if hi - lo <= 2 * len(indices):
             span, pick = slice(lo, hi), indices - lo
             stored, labels, checksums = (h[name][span][pick] for name in ("data", "labels", "checksums"))
+            return stored if self.store == "pixels" else list(stored), labels, checksums
+        rows, order = np.unique(indices, return_inverse=True)
+        return self._rows(indices), h["labels"][rows][order], h["checksums"][rows][order]
+
+    def _rows(self, indices: np.ndarray):
+        """Records one at a time: pixels into one N x H x W x 3 array, encoded as a list."""
+        data = self.handle["data"]
+        if self.store != "pixels":
+            return [data[i] for i in indices]
+        out = np.empty((len(indices), *data.shape[1:]), np.uint8)
+        if self.handle["raw_chunks"]:
+            flat = out.reshape(len(indices), -1)
+            for j, i in enumerate(indices):
+                data.id.read_direct_chunk((int(i), 0, 0, 0), out=flat[j])
         else:
-            rows, order = np.unique(indices, return_inverse=True)
-            stored = [h["data"][i] for i in indices]
-            stored = np.stack(stored) if self.store == "pixels" else stored
-            labels, checksums = h["labels"][rows][order], h["checksums"][rows][order]
-        return stored if self.store == "pixels" else list(stored), labels, checksums
+            for j, i in enumerate(indices):
+                out[j] = data[i]
+        return out
