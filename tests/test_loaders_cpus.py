@@ -42,7 +42,7 @@ def test_available_cpus_uses_affinity_not_cpu_count(monkeypatch, tmp_path):
     assert cpus.available_cpus(tmp_path) == 2
 
 
-@pytest.mark.parametrize("cpu_count, batches, expected", [(1, 100, 0), (2, 100, 1), (8, 100, 7), (8, 3, 3)])
+@pytest.mark.parametrize("cpu_count, batches, expected", [(1, 100, 0), (2, 100, 2), (2, 1, 1), (3, 100, 2), (8, 100, 7), (8, 3, 3)])
 def test_worker_rule_keeps_a_core_and_caps_at_useful(cpu_count, batches, expected):
     dataset = ArrayDataset(random_images(4), augment=True)  # cpu_bound: workers are wanted
     workers, reason = choose_workers("auto", dataset, "batch", cpu_count, batches)

@@ -9,7 +9,9 @@
   more than the copy (1,000 images of 224x224 on 2 cores: 14,550 images/s in
   process, 1,919 images/s with 2 workers).  Otherwise one worker per usable
   CPU (``cpus.available_cpus``, which honours affinity and cgroup quotas) minus
-  one kept for the training process, none on a single CPU, and never more
+  one kept for the training process when there are three or more (with two,
+  both decode: leaving one idle halves the decode rate of an input-bound job,
+  and the training loop mostly waits), none on a single CPU, and never more
   workers than batches one rank reads per epoch.
 * ``read_ahead``: one reader thread when there are no workers, the dataset is
   not ``cpu_bound`` and there are two CPUs or more.  It hides reads behind
@@ -94,9 +96,12 @@ def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches:
         return 0, "reads are memory copies: cheaper in process than through shared memory"
     if cpus < 2:
         return 0, "1 usable CPU: workers would compete with training"
-    if batches is not None and batches < cpus - 1:
+    wanted = cpus - 1 if cpus > 2 else cpus
+    if batches is not None and batches < wanted:
         return batches, f"{cpus} usable CPUs but only {batches} batches per epoch"
-    return cpus - 1, f"{cpus} usable CPUs, one kept for the training process"
+    if cpus == 2:
+        return 2, "2 usable CPUs: one core left idle would cost half the decode rate"
+    return wanted, f"{cpus} usable CPUs, one kept for the training process"
 
 
 def choose_read_ahead(requested: Auto, workers: int, dataset: Any, cpus: int) -> Choice:
