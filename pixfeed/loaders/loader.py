@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
 from pixfeed.loaders import plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
+from pixfeed.loaders.collate import collate
 from pixfeed.loaders.cpus import available_cpus
 from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
 from pixfeed.loaders.seeding import WorkerSeeder, preserved_rngs
@@ -156,12 +157,13 @@ def _nbytes(value: Any) -> int:
 
 
 def _ordering(source: Any, plan: LoaderPlan, shuffle: bool, drop_last: bool, seed: int) -> Dict[str, Any]:
+    collate_fn = pass_through if plan.path == "batch" else collate
     if isinstance(source, IterableDataset):
         _split_iterable(source, plan.world)
-        return {}
+        return {"collate_fn": collate_fn}
     sampler = DistributedSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
                                  shuffle=shuffle, seed=seed, drop_last=drop_last)
-    return {"sampler": sampler, "collate_fn": pass_through if plan.path == "batch" else None}
+    return {"sampler": sampler, "collate_fn": collate_fn}
 
 
 def _split_iterable(dataset: IterableDataset, world: World) -> None:

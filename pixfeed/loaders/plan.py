@@ -4,7 +4,7 @@
   ``fixed_shape`` (one gathered read per batch, see ``batch.py``);
   ``"iterable"`` for an ``IterableDataset``; else ``"samples"``, torch's own
   path (one ``__getitems__`` call per batch when the dataset has it, then collate).
-* ``num_workers``: 0 on the batch path when the dataset is not ``cpu_bound``:
+* ``num_workers``: 0 on the batch and iterable paths when the dataset is not ``cpu_bound``:
   reading is a memory copy, and handing it over through shared memory costs
   more than the copy (1,000 images of 224x224 on 2 cores: 14,550 images/s in
   process, 1,919 images/s with 2 workers).  Otherwise one worker per usable
@@ -92,8 +92,8 @@ def choose_path(dataset: Any) -> Choice:
 def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int]) -> Choice:
     if requested != "auto":
         return check_int("num_workers", requested, 0), CALLER
-    if path == "batch" and not getattr(dataset, "cpu_bound", True):
-        return 0, "reads are memory copies: cheaper in process than through shared memory"
+    if path in ("batch", "iterable") and not getattr(dataset, "cpu_bound", True):
+        return 0, "stored pixels, no decoding: cheaper in process than through shared memory"
     if cpus < 2:
         return 0, "1 usable CPU: workers would compete with training"
     wanted = cpus - 1 if cpus > 2 else cpus
