@@ -1,10 +1,19 @@
-"""Datasets, one per format, returning ``(uint8 CHW RGB tensor, int label)``."""
-from .base import ImageRecords, MapImageDataset
-from .hdf5 import H5ImageDataset
-from .lmdb import LmdbImageDataset
-from .mmap import MmapImageDataset
-from .open import open_dataset
-from .wds import WdsImageDataset
+"""Datasets, one per format, returning ``(uint8 CHW RGB tensor, int label)``.
 
-__all__ = ["H5ImageDataset", "ImageRecords", "LmdbImageDataset", "MapImageDataset", "MmapImageDataset",
-           "WdsImageDataset", "open_dataset"]
+Format readers are imported on first use (through ``pixfeed.registry``), so
+reading an mmap dataset never imports lmdb, h5py or webdataset.
+"""
+from .base import ImageRecords, MapImageDataset
+from .open import open_dataset
+
+_READERS = {"MmapImageDataset": "mmap", "LmdbImageDataset": "lmdb", "H5ImageDataset": "hdf5",
+            "WdsImageDataset": "wds"}
+__all__ = sorted(["ImageRecords", "MapImageDataset", "open_dataset", *_READERS])
+
+
+def __getattr__(name: str):
+    if name in _READERS:
+        from ..registry import reader_class
+
+        return reader_class(_READERS[name])
+    raise AttributeError(f"module 'pixfeed.datasets' has no attribute {name!r}")
