@@ -94,7 +94,10 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
         records = self._select(paths, pieces, stride, worker % stride)
         if self.shuffle and self.buffer > 1:
-            rng = random.Random(f"{self.seed}-{self.epoch}-{self.rank}-{worker}")
+            # SeedSequence mixes the four numbers fully; Random("0-0-0-0") and Random("0-1-0-0")
+            # were seen to draw the same first picks, repeating an epoch's order
+            key = np.random.SeedSequence([self.seed, self.epoch, self.rank, worker]).generate_state(1, np.uint64)
+            rng = random.Random(int(key[0]))
             records = buffer_shuffle(self.buffer, initial=self.buffer, rng=rng)(records)
         for s, i, sample in records:
             yield self._decode(s, i, sample)
