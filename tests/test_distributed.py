@@ -28,7 +28,7 @@ Epoch = List[List[str]]  # batches of sample identities
 
 
 def open_case(path: str, options: dict):
-    return ArrayDataset(random_images(15, 16, 16)) if path == "array" else open_dataset(path, **options)
+    return ArrayDataset(random_images(33, 16, 16)) if path == "array" else open_dataset(path, **options)
 
 
 def read_epoch(loader) -> Epoch:
