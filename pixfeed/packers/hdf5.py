@@ -14,10 +14,12 @@ Layout: one self-contained file, readable with plain h5py::
                  options (JSON object: the pack options)
     keys.json, pixfeed.json
 
-Workers decode and stage records as the mmap format does (see
-``pixfeed.packers.staging``) and ``finish`` copies them into data.h5: HDF5
-has one writer, and a single file (rather than per-task files joined by a
-virtual dataset) stays portable and readable by any HDF5 tool.
+Workers decode and stage records as the mmap format does, and the main
+process copies each finished task into data.h5 in task order while the others
+run (see ``pixfeed.packers.staging``): HDF5 has one writer, and a single file
+(rather than per-task files joined by a virtual dataset) stays portable and
+readable by any HDF5 tool.  ``images``/``encoded`` are created with a row per
+source image and shrunk to N at the end when images were skipped.
 """
 from __future__ import annotations
 
@@ -50,38 +52,55 @@ class H5Writer(StagingWriter):
                               "JPEG and PNG bytes are already compressed")
         super().begin(tasks)
 
-    def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
-        with h5py.File(self.root / DATA, "w") as f:
-            if self.opts.store == "pixels":
-                self._write_pixels(f, kept)
-            else:
-                self._write_encoded(f, len(kept), results)
-            f["labels"] = self.source.labels[kept].astype("<i8")
-            f["checksums"] = np.array([c for r in results for c in r.checksums], dtype="<u8")
-            f.create_dataset("keys", data=[self.source.keys[i] for i in kept], dtype=h5py.string_dtype("utf-8"))
-            f.attrs.update({"format": "pixfeed-hdf5", "store": self.opts.store,
-                            "classes": json.dumps(self.source.classes),
-                            "options": json.dumps(asdict(self.opts), default=str)})
-        self.remove_staging()
-        return {}
+    def open_output(self) -> h5py.File:
+        """data.h5 with a row for every source image; ``complete_output`` drops
+        those of skipped images (never written, so never stored)."""
+        f = h5py.File(self.root / DATA, "w")
+        try:
+            self._create(f, len(self.source))
+        except BaseException:
+            f.close()
+            raise
+        return f
 
-    def _write_pixels(self, f: h5py.File, kept: np.ndarray) -> None:
-        h, w = self.opts.size
-        images = f.create_dataset("images", (len(kept), h, w, 3), np.uint8, chunks=(1, h, w, 3),
-                                  compression=self.opts.compression)
-        staged = self.staged_pixels()
+    def _create(self, f: h5py.File, n: int) -> None:
+        if self.opts.store == "pixels":
+            shape = (n, *self.opts.size, 3)
+            f.create_dataset("images", shape, np.uint8, maxshape=shape, chunks=(1, *shape[1:]),
+                             compression=self.opts.compression)
+        else:
+            f.create_dataset("encoded", (n,), h5py.vlen_dtype(np.uint8), maxshape=(n,))
+
+    def copy_task(self, first: int, result: TaskResult) -> None:
+        if self.opts.store == "pixels":
+            self._copy_pixels(first, np.asarray(result.kept, dtype=np.int64))
+        else:
+            self._copy_encoded(first, result)
+
+    def complete_output(self, kept: np.ndarray, results: List[TaskResult]) -> None:
+        f = self.output
+        f["images" if self.opts.store == "pixels" else "encoded"].resize(len(kept), axis=0)
+        f["labels"] = self.source.labels[kept].astype("<i8")
+        f["checksums"] = np.array([c for r in results for c in r.checksums], dtype="<u8")
+        f.create_dataset("keys", data=[self.source.keys[i] for i in kept], dtype=h5py.string_dtype("utf-8"))
+        f.attrs.update({"format": "pixfeed-hdf5", "store": self.opts.store,
+                        "classes": json.dumps(self.source.classes),
+                        "options": json.dumps(asdict(self.opts), default=str)})
+
+    def _copy_pixels(self, first: int, kept: np.ndarray) -> None:
+        images, staged = self.output["images"], self.staged_pixels()
         for start in range(0, len(kept), _ROWS):
-            images[start:start + _ROWS] = staged[kept[start:start + _ROWS]]
+            rows = kept[start:start + _ROWS]
+            images[first + start:first + start + len(rows)] = staged[rows]
 
-    def _write_encoded(self, f: h5py.File, count: int, results: List[TaskResult]) -> None:
-        encoded = f.create_dataset("encoded", (count,), h5py.vlen_dtype(np.uint8))
-        start = 0
-        for block in _blocks(self.staged_encoded(results)):
+    def _copy_encoded(self, first: int, result: TaskResult) -> None:
+        encoded = self.output["encoded"]
+        for block in _blocks(self.staged_records(result)):
             # write_direct, not ``encoded[a:b] = block``: h5py's __setitem__ turns an
             # object array of equal-length rows (one row, or two same-size files) into
             # a 2-D array and fails with "Can't broadcast (1, n) -> (1,)".
-            encoded.write_direct(block, dest_sel=np.s_[start:start + len(block)])
-            start += len(block)
+            encoded.write_direct(block, dest_sel=np.s_[first:first + len(block)])
+            first += len(block)
 
 
 def _blocks(items: Iterator[bytes]) -> Iterator[np.ndarray]:

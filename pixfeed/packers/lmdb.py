@@ -20,11 +20,13 @@ Reading one record with plain lmdb::
     magic, ver, kind, _, label, xxh, h, w, n = struct.unpack_from("<4sBBHqQIIQ", value)
     data = value[40:40 + n]
 
-Workers decode and stage records as the mmap format does (see
-``pixfeed.packers.staging``); ``finish`` streams them into LMDB in
-transactions of about 64 MiB.  The map starts at an estimate of the stored
-bytes (plus one page per record) and doubles on MapFullError, retrying the
-transaction; without ``writemap`` the file only ever holds written pages.  Any
+Workers decode and stage records as the mmap format does, and the main
+process streams each finished task into LMDB in task order while the others
+run (see ``pixfeed.packers.staging``), in transactions of about 8 MiB (small
+enough to commit while the workers run).  The map starts at an estimate of the
+stored bytes of every source image (plus one page per record) and doubles on
+MapFullError, retrying the transaction; without ``writemap`` the file only
+ever holds written pages.  Any
 other lmdb.Error (a full disk shows as "Input/output error") is raised as an
 OSError naming data.mdb, which ``pack`` reports as an OutputError naming DST.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -40,13 +43,14 @@ import numpy as np
 
 from ..decode import sniff
 from ..record import HEADER, pack_header
-from .pipeline import TaskResult
+from ..source import Source
+from .pipeline import PackOptions, TaskResult
 from .staging import StagingWriter
 
 log = logging.getLogger(__name__)
 DATA = "data.mdb"
 META_KEY = b"__pixfeed__"
-_TXN_BYTES = 64 << 20
+_TXN_BYTES = 8 << 20
 _PAGE = 4096
 
 
@@ -62,51 +66,61 @@ def initial_map_size(count: int, stored_bytes: int) -> int:
 class LmdbWriter(StagingWriter):
     format = "lmdb"
 
-    def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
-        path = self.root / DATA
-        try:
-            self._write(path, kept, results)
-        except lmdb.Error as e:  # not an OSError; MapFullError never gets here (_commit grows the map)
-            raise OSError(None, f"LMDB write failed: {e}", str(path)) from e
-        self.remove_staging()
-        return {}
+    def __init__(self, root: Path, source: Source, opts: PackOptions) -> None:
+        super().__init__(root, source, opts)
+        # records wait for a transaction of _TXN_BYTES, across tasks: a transaction per
+        # task would leave stale copies of the leaf pages it shares with the next one
+        self._batch: List[Tuple[bytes, bytes]] = []
+        self._batch_bytes = 0
 
-    def _write(self, path: Path, kept: np.ndarray, results: List[TaskResult]) -> None:
-        stored = sum(r.stored_bytes for r in results)
-        env = lmdb.open(str(path), subdir=False, lock=False, sync=False, metasync=False,
-                        map_size=initial_map_size(len(kept), stored))
-        try:
-            for batch in _batches(self._items(kept, results)):
-                _commit(env, batch)
-            _commit(env, [(META_KEY, self._meta(len(kept)))])
-            env.sync(True)
-        finally:
-            env.close()
+    def open_output(self) -> lmdb.Environment:
+        if self.opts.store == "pixels":
+            h, w = self.opts.size
+            expected = len(self.source) * h * w * 3
+        else:
+            expected = int(self.source.sizes.sum())
+        with self._errors():
+            return lmdb.open(str(self.root / DATA), subdir=False, lock=False, sync=False, metasync=False,
+                             map_size=initial_map_size(len(self.source), expected))
 
-    def _items(self, kept: np.ndarray, results: List[TaskResult]) -> Iterator[Tuple[bytes, bytes]]:
-        checksums = (c for r in results for c in r.checksums)
-        shapes = (s for r in results for s in r.shapes)
-        labels = self.source.labels[kept]
-        for j, data in enumerate(self.staged(kept, results)):
+    def copy_task(self, first: int, result: TaskResult) -> None:
+        for key, value in self._items(first, result):
+            self._batch.append((key, value))
+            self._batch_bytes += len(value)
+            if self._batch_bytes >= _TXN_BYTES:
+                self._commit_batch()
+
+    def complete_output(self, kept: np.ndarray, results: List[TaskResult]) -> None:
+        if self._batch:
+            self._commit_batch()
+        with self._errors():
+            _commit(self.output, [(META_KEY, self._meta(len(kept)))])
+            self.output.sync(True)
+
+    def _commit_batch(self) -> None:
+        with self._errors():
+            _commit(self.output, self._batch)
+        self._batch, self._batch_bytes = [], 0
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Raise an lmdb.Error (not an OSError) as an OSError naming data.mdb; MapFullError
+        never gets here (_commit grows the map)."""
+        try:
+            yield
+        except lmdb.Error as e:
+            raise OSError(None, f"LMDB write failed: {e}", str(self.root / DATA)) from e
+
+    def _items(self, first: int, result: TaskResult) -> Iterator[Tuple[bytes, bytes]]:
+        labels = self.source.labels[result.kept]
+        for j, data in enumerate(self.staged_records(result)):
             kind = "raw" if self.opts.store == "pixels" else sniff(data).lower()
-            header = pack_header(kind, int(labels[j]), next(checksums), next(shapes), memoryview(data).nbytes)
-            yield record_key(j), b"".join((header, data))
+            header = pack_header(kind, int(labels[j]), result.checksums[j], result.shapes[j], memoryview(data).nbytes)
+            yield record_key(first + j), b"".join((header, data))
 
     def _meta(self, count: int) -> bytes:
         return json.dumps({"format": "pixfeed-lmdb", "count": count, "store": self.opts.store,
                            "classes": self.source.classes, "record_header": HEADER.format}).encode()
-
-
-def _batches(items: Iterator[Tuple[bytes, bytes]]) -> Iterator[list]:
-    batch, size = [], 0
-    for key, value in items:
-        batch.append((key, value))
-        size += len(value)
-        if size >= _TXN_BYTES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 def _commit(env: lmdb.Environment, batch: list) -> None:

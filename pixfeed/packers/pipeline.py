@@ -101,8 +101,9 @@ class TaskResult:
 class Writer:
     """A format's writer.  Subclasses implement the hooks; ``pack`` runs them.
 
-    ``begin`` and ``finish`` run in the main process; ``write_task`` runs in a
-    worker, consumes the task's records and writes the task's own output.
+    ``begin``, ``task_done``, ``finish`` and ``abort`` run in the main process;
+    ``write_task`` runs in a worker, consumes the task's records and writes the
+    task's own output.
     """
     format = ""
     default_store = "encoded"
@@ -121,9 +122,16 @@ class Writer:
     def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> object:
         raise NotImplementedError
 
+    def task_done(self, result: TaskResult) -> None:
+        """Called as each task's result arrives (in completion order) while other
+        tasks may still run; a pool's workers are forked before the first call."""
+
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         """Write the remaining files; return extra manifest fields."""
         raise NotImplementedError
+
+    def abort(self) -> None:
+        """Release what the writer holds open when the pack fails; must not raise."""
 
 
 def load_record(source: Source, i: int, opts: PackOptions, notes: List[str]) -> Record:
@@ -243,6 +251,7 @@ def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: 
             outputs = pool.imap_unordered(_run_task, jobs)
         for r in outputs:
             results.append(r)
+            writer.task_done(r)
             bar.update(len(tasks[r.task]))
         if pool is not None:
             pool.close()
@@ -276,6 +285,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
     _remove_stale_tmp(dst)
     tmp = dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
     start = time.perf_counter()
+    writer: Optional[Writer] = None
     try:
         tmp.mkdir()
         writer = cls(tmp, source, opts)
@@ -296,6 +306,8 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
         write_manifest(tmp, manifest)
         _replace(tmp, dst)
     except BaseException as e:
+        if writer is not None:
+            writer.abort()
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, OSError) and not isinstance(e, PixfeedError):
             raise _output_error(dst, e) from e
