@@ -19,7 +19,6 @@ benchmarks/bench_decode.py): PSNR >= 40 dB without DCT scaling, >= 35 dB with it
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np

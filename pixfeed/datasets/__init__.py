@@ -8,7 +8,9 @@ from .open import open_dataset
 
 _READERS = {"MmapImageDataset": "mmap", "LmdbImageDataset": "lmdb", "H5ImageDataset": "hdf5",
             "WdsImageDataset": "wds"}
-__all__ = sorted(["ImageRecords", "MapImageDataset", "open_dataset", *_READERS])
+__all__ = ["H5ImageDataset", "ImageRecords", "LmdbImageDataset", "MapImageDataset", "MmapImageDataset",
+           "WdsImageDataset", "open_dataset"]
+assert sorted(__all__) == __all__ and set(_READERS) <= set(__all__)
 
 
 def __getattr__(name: str):

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 
 from ..errors import OptionError
-from .pipeline import TaskResult
+from .writer import TaskResult
 from .staging import StagingWriter
 
 DATA = "data.h5"

@@ -44,7 +44,8 @@ import numpy as np
 from ..decode import sniff
 from ..record import HEADER, pack_header
 from ..source import Source
-from .pipeline import PackOptions, TaskResult
+from .records import PackOptions
+from .writer import TaskResult
 from .staging import StagingWriter
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from typing import Iterator, List
 
 import numpy as np
 
-from .pipeline import Record, TaskResult, Writer
+from .records import Record
+from .writer import TaskResult, Writer
 
 _COPY_ROWS = 1024
 

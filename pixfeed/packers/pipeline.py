@@ -14,168 +14,25 @@ temporary directories of dead processes are removed by the next pack.
 from __future__ import annotations
 
 import datetime
-import errno
-import logging
 import multiprocessing as mp
 import os
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator, List, Optional, Union
+from typing import Iterator, List, Optional
 
 import numpy as np
-from PIL import Image
 
 from .. import __version__
-from ..checksum import ALGORITHM, file_hash, record_hash
-from ..decode import EXTENSIONS, check_encoded, decode, parse_size, sniff
+from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..loaders.cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, write_json_atomic, write_manifest
-from ..source import Source, scan
-
-log = logging.getLogger(__name__)
-ON_ERROR = ("fail", "skip")
-
-
-@dataclass
-class PackOptions:
-    store: Optional[str] = None          # "pixels" | "encoded"; None = the format's default
-    size: object = 256                   # pixels mode: S or "HxW"
-    resize: str = "crop"                 # crop | pad | stretch
-    max_side: Optional[int] = None       # encoded mode: re-encode larger images to JPEG
-    quality: int = 90
-    ext: Optional[str] = None
-    workers: Optional[int] = None
-    on_error: str = "fail"
-    overwrite: bool = False
-    max_pixels: Optional[int] = None     # decompression-bomb limit; None = Pillow's
-    full_check: bool = False             # encoded mode: decode every image while packing
-    shard_size: Optional[int] = None     # wds
-    shard_bytes: Optional[int] = None    # wds
-    shuffle: bool = True                 # wds
-    seed: int = 0                        # wds
-    compression: Optional[str] = None    # hdf5
-    extra: dict = field(default_factory=dict)
-
-    def check(self) -> None:
-        if self.store not in ("pixels", "encoded"):
-            raise OptionError(f"--store {self.store!r}: expected pixels or encoded")
-        if self.on_error not in ON_ERROR:
-            raise OptionError(f"--on-error {self.on_error!r}: expected fail or skip")
-        if self.workers is not None and self.workers < 1:
-            raise OptionError(f"--workers {self.workers}: must be at least 1")
-        if self.max_side is not None and self.max_side < 1:
-            raise OptionError(f"--max-side {self.max_side}: must be a positive number of pixels")
-        if not 1 <= self.quality <= 100:
-            raise OptionError(f"--quality {self.quality}: must be between 1 and 100")
-        self.size = parse_size(self.size) if self.store == "pixels" else None
-
-
-@dataclass
-class Record:
-    """One sample on its way to a writer."""
-    index: int                      # index in the source order
-    key: str
-    label: int
-    data: Union[bytes, np.ndarray]  # encoded bytes, or HxWx3 uint8 pixels
-    encoding: str                   # "raw" (pixels), "jpeg" or "png"
-    shape: tuple                    # (H, W) of the decoded image
-    checksum: int                   # xxh3_64 of the stored bytes
-
-
-@dataclass
-class TaskResult:
-    task: int
-    kept: List[int] = field(default_factory=list)
-    checksums: List[int] = field(default_factory=list)
-    shapes: List[tuple] = field(default_factory=list)
-    stored_bytes: int = 0
-    skipped: List[dict] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-    extra: object = None
-
-
-class Writer:
-    """A format's writer.  Subclasses implement the hooks; ``pack`` runs them.
-
-    ``begin``, ``task_done``, ``finish`` and ``abort`` run in the main process;
-    ``write_task`` runs in a worker, consumes the task's records and writes the
-    task's own output.
-    """
-    format = ""
-    default_store = "encoded"
-
-    def __init__(self, root: Path, source: Source, opts: PackOptions):
-        self.root, self.source, self.opts = root, source, opts
-
-    def plan(self, workers: int) -> List[np.ndarray]:
-        n = len(self.source)
-        ntasks = min(n, max(workers * 4, -(-n // 512)))
-        return np.array_split(np.arange(n), ntasks)
-
-    def begin(self, tasks: List[np.ndarray]) -> None:
-        pass
-
-    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> object:
-        raise NotImplementedError
-
-    def task_done(self, result: TaskResult) -> None:
-        """Called as each task's result arrives (in completion order) while other
-        tasks may still run; a pool's workers are forked before the first call."""
-
-    def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
-        """Write the remaining files; return extra manifest fields."""
-        raise NotImplementedError
-
-    def abort(self) -> None:
-        """Release what the writer holds open when the pack fails; must not raise."""
-
-
-def load_record(source: Source, i: int, opts: PackOptions, notes: List[str]) -> Record:
-    """Read source image ``i`` and turn it into a record (raises SourceError)."""
-    path = source.root / source.paths[i]
-    where = str(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise SourceError(f"{where}: cannot read ({_read_error(path, e)})") from None
-    fmt, ext = sniff(data), os.path.splitext(path)[1].lower().lstrip(".")
-    if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
-        notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
-    if opts.store == "pixels":
-        arr = np.ascontiguousarray(decode(data, size=opts.size, resize_mode=opts.resize, where=where,
-                                          max_pixels=opts.max_pixels))
-        return Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr))
-    fmt, shape = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
-    if opts.max_side and max(shape) > opts.max_side:
-        data, shape = _reencode(data, where, opts)
-        fmt = "JPEG"
-    return Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape), record_hash(data))
-
-
-def _read_error(path: Path, e: OSError) -> str:
-    """Why ``path`` cannot be read, naming broken symbolic links and loops."""
-    if e.errno == errno.ELOOP:
-        return f"symbolic link loop: {e.strerror}"
-    if e.errno == errno.ENOENT and path.is_symlink():
-        return f"broken symbolic link to {os.readlink(path)!r}"
-    return e.strerror or str(e)
-
-
-def _reencode(data: bytes, where: str, opts: PackOptions):
-    import io
-    arr = decode(data, where=where, max_pixels=opts.max_pixels)
-    h, w = arr.shape[:2]
-    scale = opts.max_side / max(h, w)
-    size = (max(1, round(w * scale)), max(1, round(h * scale)))
-    buf = io.BytesIO()
-    Image.fromarray(arr).resize(size, Image.BILINEAR).save(buf, "JPEG", quality=opts.quality)
-    return buf.getvalue(), (size[1], size[0])
-
+from ..source import scan
+from .records import PackOptions, Record, load_record
+from .writer import TaskResult, Writer
 
 _WRITER: Optional[Writer] = None
 
@@ -327,7 +184,7 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         if p.is_file():
             rel = p.relative_to(tmp).as_posix()
             files[rel] = {"bytes": p.stat().st_size, "xxh3_64": file_hash(p)}
-    options = {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "workers", "extra")}
+    options = {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "workers")}
     options["size"] = list(opts.size) if opts.size else None
     return {
         "magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": format,

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..source import Source
 from .mmap import MmapWriter
-from .pipeline import PackOptions, TaskResult
+from .records import PackOptions
+from .writer import TaskResult
 
 
 class StagingWriter(MmapWriter):

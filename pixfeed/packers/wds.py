@@ -62,7 +62,8 @@ from ..checksum import file_hash, record_hash
 from ..decode import open_image
 from ..errors import OptionError
 from . import _tar
-from .pipeline import Record, TaskResult, Writer
+from .records import Record
+from .writer import TaskResult, Writer
 
 log = logging.getLogger(__name__)
 DEFAULT_SHARD_BYTES = 256 << 20

@@ -1,0 +1,59 @@
+"""The writer hooks a format implements, and what a task reports back."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, List
+
+import numpy as np
+
+from ..source import Source
+from .records import PackOptions, Record
+
+
+@dataclass
+class TaskResult:
+    task: int
+    kept: List[int] = field(default_factory=list)
+    checksums: List[int] = field(default_factory=list)
+    shapes: List[tuple] = field(default_factory=list)
+    stored_bytes: int = 0
+    skipped: List[dict] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    extra: object = None
+
+
+class Writer:
+    """A format's writer.  Subclasses implement the hooks; ``pack`` runs them.
+
+    ``begin``, ``task_done``, ``finish`` and ``abort`` run in the main process;
+    ``write_task`` runs in a worker, consumes the task's records and writes the
+    task's own output.
+    """
+    format = ""
+    default_store = "encoded"
+
+    def __init__(self, root: Path, source: Source, opts: PackOptions):
+        self.root, self.source, self.opts = root, source, opts
+
+    def plan(self, workers: int) -> List[np.ndarray]:
+        n = len(self.source)
+        ntasks = min(n, max(workers * 4, -(-n // 512)))
+        return np.array_split(np.arange(n), ntasks)
+
+    def begin(self, tasks: List[np.ndarray]) -> None:
+        pass
+
+    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> object:
+        raise NotImplementedError
+
+    def task_done(self, result: TaskResult) -> None:
+        """Called as each task's result arrives (in completion order) while other
+        tasks may still run; a pool's workers are forked before the first call."""
+
+    def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
+        """Write the remaining files; return extra manifest fields."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Release what the writer holds open when the pack fails; must not raise."""
