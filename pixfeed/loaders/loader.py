@@ -123,7 +123,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     return LoaderPlan(
         path=path,
         num_workers=workers,
-        read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead, workers, dataset, cpus)),
+        read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead)),
         pin_memory=take("pin_memory", rules.choose_pin_memory(pin_memory)),
         persistent_workers=take("persistent_workers", rules.choose_persistent(persistent_workers, workers, dataset)),
         prefetch_factor=prefetch,

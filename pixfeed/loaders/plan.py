@@ -13,11 +13,13 @@
   both decode: leaving one idle halves the decode rate of an input-bound job,
   and the training loop mostly waits), none on a single CPU, and never more
   workers than batches one rank reads per epoch.
-* ``read_ahead``: one reader thread when there are no workers, the dataset is
-  not ``cpu_bound`` and there are two CPUs or more.  It hides reads behind
-  training steps that release the GIL (a GPU step does); with no step at all
-  its hand-offs cost up to half the in-process rate (``loader_paths.py
-  --step-ms 0`` vs ``--step-ms 3``), so pass ``read_ahead=False`` for CPU-only loops.
+* ``read_ahead``: off unless asked for.  ``read_ahead=True`` reads the next
+  batch in a thread, which pays when every step blocks (a loop that calls
+  ``loss.item()``, or a CPU step that releases the GIL: ``loader_paths.py
+  --step-ms 3``, 1.3x).  By default the in-process read already overlaps a GPU
+  step, whose kernels run asynchronously, and a reader thread competing for the
+  GIL made epochs erratic (7k to 53k images/s for the same 500 images) and can
+  delay the training loop's own Python.
 * ``pin_memory``: when CUDA is available.
 * ``persistent_workers``: whenever there are workers, except for datasets with
   ``set_epoch`` (WebDataset), whose copies in persistent workers would never see it.
@@ -104,11 +106,10 @@ def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches:
     return wanted, f"{cpus} usable CPUs, one kept for the training process"
 
 
-def choose_read_ahead(requested: Auto, workers: int, dataset: Any, cpus: int) -> Choice:
+def choose_read_ahead(requested: Auto) -> Choice:
     if requested != "auto":
         return check_bool("read_ahead", requested), CALLER
-    wanted = workers == 0 and cpus >= 2 and not getattr(dataset, "cpu_bound", True)
-    return wanted, "thread reads the next batch while training runs" if wanted else "not useful here"
+    return False, "off: CUDA steps are asynchronous, so in-process reads already overlap the GPU"
 
 
 def choose_pin_memory(requested: Auto) -> Choice:
