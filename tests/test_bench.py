@@ -43,7 +43,7 @@ def test_run_writes_every_field_for_every_format(run):
     assert len(rows) == len(expected) + 2  # and the two baselines
     for row in rows.values():
         assert ROW_FIELDS <= set(row) and READ_FIELDS <= set(row["read"])
-        assert sum(e["images"] for e in row["read"]["epochs"]) == 12
+        assert {e["images"] for e in row["read"]["epochs"]} == {12}  # every epoch reads all 12
         assert row["read"]["images_per_s"] > 0 and row["ratio_to_ceiling"] > 0
     for name in expected:
         assert PACK_FIELDS <= set(rows[name]["pack"]) and STORAGE_FIELDS <= set(rows[name]["storage"])
@@ -90,7 +90,8 @@ def test_worker_memory_and_cpu_are_counted():
 
     result = read_epochs(make, 2, lambda workers: {"workers": workers})
     assert result["ceiling"]["workers"] == 1 and len(result["ceiling"]["samples"]) == 2
-    assert [e["images"] for e in result["epochs"]] == [32, 32]
+    counts = [e["images"] for e in result["epochs"]]
+    assert len(counts) >= 2 and set(counts) == {32}  # at least --epochs, more while under MIN_READ_S
     assert result["workers_seen"] == 1 and result["workers_peak_mb"] > 0
     assert result["workers_cpu_s"] > 0 and result["main_peak_mb"] > 0
 

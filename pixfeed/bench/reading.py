@@ -21,6 +21,9 @@ from ..source import scan
 from .ceilings import bracket
 from .procstats import ProcUsage
 
+MIN_READ_S = 1.0  # read at least this long per row (over at least --epochs epochs)
+MAX_EPOCHS = 20
+
 
 class FolderDataset(torch.utils.data.Dataset):
     """ImageFolder-style: ``(uint8 CHW RGB tensor, label)`` straight from the image files."""
@@ -74,6 +77,8 @@ def read_epochs(make: Callable[[], torch.utils.data.DataLoader], epochs: int,
     epoch).  Each epoch also has its "steady" rates after the first batch; they
     overstate multi-worker loaders, whose workers fill several batches at once.
     ``limit(workers)`` measures the row's ceiling, before and after the epochs.
+    Fast rows read more epochs, until ``MIN_READ_S`` of reading (at most
+    ``MAX_EPOCHS``): a 25 ms epoch alone is at the mercy of one scheduler hiccup.
     """
     loader = make()
     before = limit(loader.num_workers)
@@ -81,7 +86,8 @@ def read_epochs(make: Callable[[], torch.utils.data.DataLoader], epochs: int,
     plan = getattr(loader, "pixfeed_plan", None)
     workers = loader.num_workers
     per_epoch: List[dict] = []
-    for _ in range(epochs):
+    while len(per_epoch) < epochs or (sum(e["seconds"] for e in per_epoch) < MIN_READ_S
+                                      and len(per_epoch) < MAX_EPOCHS):
         if before_epoch is not None:
             before_epoch()
         per_epoch.append(_epoch(loader, usage))
