@@ -131,7 +131,8 @@ class ImageRecords:
     def pixels(self, stored, i: int) -> np.ndarray:
         """Stored record -> HxWx3 uint8 array at the requested size and crop."""
         if self.store == "encoded":
-            return decode(bytes(stored), size=self.size, crop=self.crop, rng=_torch_rng(), where=self.where(i),
+            rng = _torch_rng() if self.crop == "random" else None
+            return decode(bytes(stored), size=self.size, crop=self.crop, rng=rng, where=self.where(i),
                           exact=self.exact)
         if self.crop == "random":
             from PIL import Image
