@@ -1,8 +1,22 @@
-"""Tuned DataLoaders and the hand-off to the GPU."""
-from pixfeed.loaders.cpus import available_cpus
-from pixfeed.loaders.loader import PixfeedLoader, make_loader
-from pixfeed.loaders.plan import LoaderPlan
-from pixfeed.loaders.prefetch import DevicePrefetcher
+"""Tuned DataLoaders and the hand-off to the GPU.
 
+Names are imported on first use, so ``pixfeed.loaders.cpus`` (which the
+packers use) does not import torch.
+"""
+import importlib
+
+_EXPORTS = {
+    "DevicePrefetcher": "pixfeed.loaders.prefetch",
+    "LoaderPlan": "pixfeed.loaders.plan",
+    "PixfeedLoader": "pixfeed.loaders.loader",
+    "available_cpus": "pixfeed.loaders.cpus",
+    "make_loader": "pixfeed.loaders.loader",
+}
 __all__ = ["DevicePrefetcher", "LoaderPlan", "PixfeedLoader", "available_cpus", "make_loader"]
-assert sorted(__all__) == __all__
+assert sorted(__all__) == __all__ == sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pixfeed.loaders' has no attribute {name!r}")
