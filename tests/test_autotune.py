@@ -63,3 +63,11 @@ def test_a_given_prefetch_is_kept(monkeypatch):
     assert [(c.num_workers, c.prefetch_factor) for c in loader.pixfeed_tuning.candidates] == [
         (0, None), (1, 3), (2, 3), (4, 3)]
     assert (loader.num_workers, loader.prefetch_factor) == (4, 3)
+
+
+def test_tune_with_persistent_workers_measures_the_no_worker_candidate_too(monkeypatch):
+    monkeypatch.setattr(tuning, "available_cpus", lambda: 2)
+    result = pixfeed.autotune(DelayDataset(0.0), 4, candidates=[(0, None), (1, 2)], budget_s=0.5,
+                              persistent_workers=True, shuffle=False)
+    assert [c.num_workers for c in result.candidates] == [0, 1]
+    assert all(c.images_per_s > 0 for c in result.candidates)

@@ -74,9 +74,17 @@ def _epochs(loader: PixfeedLoader) -> Iterator[Any]:
             raise OptionError("autotune: the loader yields no batches; use a smaller batch_size or drop_last=False")
 
 
+def _for_workers(options: dict, workers: int) -> dict:
+    """``options`` for a candidate: persistent_workers=True means nothing without workers."""
+    if workers == 0 and options.get("persistent_workers") is True:
+        return {**options, "persistent_workers": "auto"}
+    return options
+
+
 def measure(dataset: Any, batch_size: int, setting: Setting, seconds: float, **options: Any) -> Candidate:
     """Images/s of one (num_workers, prefetch_factor) setting over about ``seconds``."""
     workers, prefetch = setting
+    options = _for_workers(options, workers)
     deadline = time.perf_counter() + seconds
     with warnings.catch_warnings():  # more workers than CPUs is a deliberate candidate
         warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
@@ -120,7 +128,7 @@ def tuned_loader(dataset: Any, batch_size: int, prefetch_factor: Any = "auto", *
     tuning = autotune(dataset, batch_size, candidates=candidates, **options)
     best = tuning.best
     loader = make_loader(dataset, batch_size, num_workers=best.num_workers,
-                         prefetch_factor=best.prefetch_factor or "auto", **options)
+                         prefetch_factor=best.prefetch_factor or "auto", **_for_workers(options, best.num_workers))
     loader.pixfeed_tuning = tuning
     loader.pixfeed_plan.reasons["num_workers"] = (f"autotuned: fastest of {len(tuning.candidates)} measured "
                                                   f"settings, {best.images_per_s:.0f} images/s")
