@@ -38,7 +38,7 @@ def eight_cores(monkeypatch):
 def test_cpu_quota_below_cpu_count_is_flagged(tmp_path, eight_cores):
     finding = system.check_cpus(write(tmp_path, {"cpu.max": "150000 100000\n"}))
     assert finding.status == "warn" and finding.data["usable"] == 2 and finding.data["cgroup_quota"] == 1.5
-    assert "num_workers <= 1" in finding.advice and "os.cpu_count()=8" in finding.advice
+    assert "num_workers <= 2" in finding.advice and "os.cpu_count()=8" in finding.advice
 
 
 def test_no_quota_is_fine(tmp_path, eight_cores):
@@ -119,7 +119,7 @@ def test_diagnose_runs_every_probe_on_fake_paths(tmp_path, monkeypatch, eight_co
                         shm_dir="/fake/shm")
     by_check = {f.check: f for f in findings}
     assert {"cpus", "memory", "shared memory", "torch", "storage"} <= set(by_check)
-    assert by_check["shared memory"].data["need"] == 256 * 3 * 224 * 224 * 1 * 2  # 2 usable CPUs: 1 worker
+    assert by_check["shared memory"].data["need"] == 256 * 3 * 224 * 224 * 2 * 2  # 2 usable CPUs: 2 workers
     assert by_check["storage"].data["bytes"] == MiB
     text = render(findings)
     assert all(f.check in text and f.advice in text for f in findings)

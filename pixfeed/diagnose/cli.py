@@ -17,7 +17,7 @@ def add_doctor(sub: Any) -> None:
     p.add_argument("path", nargs="?", help="a dataset or image folder: measure the storage under it")
     p.add_argument("--batch-size", type=int, default=256, help="batch size to size shared memory for (default 256)")
     p.add_argument("--size", help="image size S or HxW (default: the dataset's, else 224)")
-    p.add_argument("--workers", type=int, help="loader workers to size shared memory for (default: usable CPUs - 1)")
+    p.add_argument("--workers", type=int, help="loader workers to size shared memory for (default: make_loader's rule for the usable CPUs)")
     p.add_argument("--read-mb", type=int, default=256, help="MiB to read when measuring storage (default 256)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_doctor)

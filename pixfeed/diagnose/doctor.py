@@ -3,7 +3,7 @@
 ``diagnose`` runs every check and returns a list of ``Finding``; ``render``
 prints them as a table.  Paths are arguments so tests can use fake cgroup
 files and a fake shared-memory directory.  The shared-memory need assumes the
-loader ``make_loader`` would build: ``available_cpus() - 1`` workers, 2
+loader ``make_loader`` would build: ``plan.default_workers`` workers, 2
 batches ready per worker (torch's default prefetch), ``batch_bytes`` each.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pixfeed.diagnose import devices, storage, system
 from pixfeed.bench.report import table
 from pixfeed.diagnose.finding import Finding
 from pixfeed.loaders.cpus import available_cpus
+from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
 
 DEFAULT_BATCH_BYTES = 256 * 3 * 224 * 224  # a batch of 256 ImageNet-sized uint8 images
@@ -26,7 +27,7 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
              read_limit: int = storage.READ_LIMIT) -> List[Finding]:
     """Every check; the storage check only when ``path`` is given."""
     if workers is None:
-        workers = max(0, available_cpus(cgroup_root) - 1)
+        workers = default_workers(available_cpus(cgroup_root))
     findings = [
         system.check_cpus(cgroup_root),
         system.check_memory(cgroup_root, meminfo),

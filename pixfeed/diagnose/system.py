@@ -21,6 +21,7 @@ from typing import Dict, Optional
 from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
 from pixfeed.loaders import cpus
 from pixfeed.loaders.cpus import CGROUP_ROOT, _read
+from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR, SHM_FRACTION
 
 MEMINFO = Path("/proc/meminfo")
@@ -35,8 +36,8 @@ def check_cpus(root: Optional[Path] = None) -> Finding:
     data = {"os_cpu_count": host, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
     if usable < host:
         return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: num_workers <= "
-                       f"{max(0, usable - 1)} (make_loader does this)", WARN, data)
-    return Finding("cpus", value, f"num_workers up to {max(0, usable - 1)}, one CPU kept for training", OK, data)
+                       f"{default_workers(usable)} (make_loader does this)", WARN, data)
+    return Finding("cpus", value, f"num_workers up to {default_workers(usable)} (make_loader's rule)", OK, data)
 
 
 def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:

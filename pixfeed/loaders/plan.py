@@ -91,6 +91,11 @@ def choose_path(dataset: Any) -> Choice:
     return "samples", "per-sample reads, collated (one __getitems__ call per batch when defined)"
 
 
+def default_workers(cpus: int) -> int:
+    """Workers for per-sample CPU work: none on 1 CPU, both of 2, one CPU kept for training from 3 up."""
+    return 0 if cpus < 2 else 2 if cpus == 2 else cpus - 1
+
+
 def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int]) -> Choice:
     if requested != "auto":
         return check_int("num_workers", requested, 0), CALLER
@@ -98,7 +103,7 @@ def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches:
         return 0, "stored pixels, no decoding: cheaper in process than through shared memory"
     if cpus < 2:
         return 0, "1 usable CPU: workers would compete with training"
-    wanted = cpus - 1 if cpus > 2 else cpus
+    wanted = default_workers(cpus)
     if batches is not None and batches < wanted:
         return batches, f"{cpus} usable CPUs but only {batches} batches per epoch"
     if cpus == 2:
