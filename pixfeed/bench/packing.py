@@ -2,26 +2,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 from ..decode import Size
-from ..source import scan
 from . import pagecache
 from .ceilings import bracket
 from .procstats import ProcUsage
 
 
 def pack_measured(src: Path, dst: Path, fmt: str, store: str, size: Size, workers: int,
-                  limit: Callable[[], dict]) -> Tuple[dict, dict]:
-    """Pack ``src`` to ``dst``; return the manifest and the figures, with ``limit()`` taken before and after."""
+                  limit: Callable[[], dict], **options: Any) -> Tuple[dict, dict]:
+    """Pack ``src`` to ``dst``; return the manifest and the figures, with ``limit()`` taken before and after.
+    ``options`` go to ``pack``."""
     from ..packers import pack
 
-    # wds: at least two shards per process, as one packs for a DataLoader (else every worker
-    # reads every shard, keeps 1 sample in N, and warns)
-    shards = {"shard_size": -(-len(scan(src)) // (2 * workers))} if fmt == "wds" else {}
     before = limit()
     usage = ProcUsage().start()
-    m = pack(src, dst, fmt, store=store, size=size, workers=workers, overwrite=True, **shards)
+    m = pack(src, dst, fmt, store=store, size=size, workers=workers, overwrite=True, **options)
     cpu_s = usage.stop()["cpu_s"]
     stats, seconds = m["stats"], max(m["stats"]["seconds"], 1e-9)
     on_disk = sum(f["bytes"] for f in m["files"].values())
