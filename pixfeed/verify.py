@@ -175,12 +175,12 @@ def _shape_problem(where: str, stored, manifest: dict) -> Optional[str]:
 
 
 def cmd_verify(args) -> int:
-    from tqdm import tqdm
+    from ._progress import Bar
 
     from .cli import _progress
 
     total = read_manifest(args.dst)["count"]
-    with tqdm(total=total, unit="rec", disable=not _progress(args), dynamic_ncols=True) as bar:
+    with Bar(total=total, unit="rec", disable=not _progress(args), dynamic_ncols=True) as bar:
         report = verify(args.dst, deep=args.deep, progress=bar.update)
     for problem in report.problems:
         print(f"FAIL {problem}")

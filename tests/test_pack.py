@@ -231,3 +231,18 @@ def test_size_and_resize_modes(tmp_path):
         assert arr.shape == (16, 24, 3) and check(arr), mode
     with pytest.raises(OptionError, match="size '0x3'"):
         pixfeed.pack(src, tmp_path / "bad", "mmap", size="0x3")
+
+
+def test_packing_in_process_starts_no_thread_that_could_take_ctrl_c(image_tree, tmp_path, monkeypatch):
+    """A SIGINT delivered to another thread (tqdm's monitor) left a read of a FIFO uninterrupted."""
+    import threading
+
+    real, seen = pipeline.load_record, []
+
+    def counting(*args):
+        seen.append(threading.active_count())
+        return real(*args)
+
+    monkeypatch.setattr(pipeline, "load_record", counting)
+    pixfeed.pack(image_tree, tmp_path / "ds", "mmap", size=8, workers=1, progress=True)
+    assert seen and set(seen) == {threading.active_count()} == {1}

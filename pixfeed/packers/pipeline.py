@@ -92,9 +92,9 @@ def _alive(pid: int) -> bool:
 
 
 def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool) -> List[TaskResult]:
-    from tqdm import tqdm
+    from .._progress import Bar
 
-    bar = tqdm(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
+    bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
     jobs = list(enumerate(tasks))
     results = []
     try:
