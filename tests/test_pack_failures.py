@@ -65,7 +65,39 @@ def _start_blocked_pack(src: Path, dst: Path, workers: int):
         proc.kill()
         pytest.fail(f"pack never reached the FIFO (exit {proc.poll()}): {proc.communicate()[1]}")
     assert dst.parent.glob(f".{dst.name}.pixfeed-tmp-{proc.pid}"), "no temporary output midway"
+    _wait_until_asleep_in_the_fifo(proc.pid)
     return proc, fd
+
+
+def _wait_until_asleep_in_the_fifo(pid: int) -> None:
+    """Wait until the pack (or its pool worker) sleeps in ``read`` on the FIFO and the main
+    thread sleeps.  A SIGINT that lands between the pack opening the FIFO and entering
+    ``read`` is seen by Python's signal check only after the read, which never returns: a
+    race in any Python program, not the hung read Ctrl-C must break."""
+    def procs():
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat.parent.name) == pid or int(fields[1]) == pid:  # fields[1]: the parent pid
+                yield stat.parent, fields[0]  # fields[0]: the state
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            reading = any("pipe" in (d / "wchan").read_text() for d, _ in procs())
+            main_asleep = (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "S"
+            hidden = main_asleep and Path(f"/proc/{pid}/wchan").read_text() in ("", "0")
+        except OSError:
+            hidden = True
+        if hidden:  # no /proc, or a kernel that hides wchan: fall back to a pause
+            time.sleep(1)
+            return
+        if reading and main_asleep:
+            return
+        time.sleep(0.02)
+    pytest.fail("the pack never blocked in a read of the FIFO")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
