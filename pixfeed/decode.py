@@ -22,8 +22,8 @@ Rules, the same at pack time (``--store pixels``) and at read time (encoded):
    decode + ``resize(BILINEAR)`` + crop.  ``exact=False`` (the default of
    datasets reading encoded records) is ``_fastdecode``: simplejpeg when
    installed, DCT-domain downscaling, torch's uint8 antialiased resize; same
-   rules 1-4 and geometry, pixels within PSNR >= 40 dB of the exact path
-   (>= 35 dB where a JPEG is decoded at reduced scale: source >= 4x output).
+   rules 1-4 and geometry, pixels within PSNR >= 35 dB of the exact path
+   (identical when ``size`` is None).
 """
 from __future__ import annotations
 
