@@ -43,6 +43,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--workers", default="auto", help="make_loader num_workers: auto or N (default auto)")
+    p.add_argument("--max-side", type=int, default=384,
+                   help="one more encoded row, packed with --max-side N, to show its size and speed (0: none; default 384)")
     p.add_argument("--cold", action="store_true", help="evict the files from the page cache before each epoch")
     p.add_argument("--count", type=int, default=500, help="images in the synthetic sample (default 500)")
     p.add_argument("--out", type=Path, default=Path("pixfeed-bench"), help="results folder (default ./pixfeed-bench)")
@@ -56,9 +58,12 @@ def config(args: argparse.Namespace):
     for name in ("batch_size", "epochs", "count"):
         if getattr(args, name) < 1:
             raise OptionError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
+    if args.max_side < 0:
+        raise OptionError(f"--max-side {args.max_side}: expected 0 (no such row) or a size in pixels")
     return BenchConfig(src=args.src, formats=_names(args.formats, KNOWN, "formats"),
                        stores=_names(args.store, STORES, "store"), size=args.size, batch_size=args.batch_size,
-                       epochs=args.epochs, workers=_workers(args.workers), cold=args.cold, count=args.count)
+                       epochs=args.epochs, workers=_workers(args.workers), cold=args.cold, count=args.count,
+                       max_side=args.max_side or None)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 Order of one run: the source (or a synthetic sample), run-wide ceilings for
 the heading (memory copy, file copy, decode), the two baselines over the source folder,
 then for each format and store: pack, storage read rate of the packed files
-(warm, and cold with ``cold``), read through ``make_loader``.  Each pack and
+(warm, and cold with ``cold``), read through ``make_loader``; last, with
+``max_side``, the first format once more as encoded images re-encoded at pack
+time to at most ``max_side`` pixels, to show what that does to size and speed.  Each pack and
 read measures its own ceiling just before and after it runs (decode in the
 same number of processes, memory copy or file copy), so its ratio holds on a
 busy machine.
@@ -46,6 +48,7 @@ class BenchConfig:
     cold: bool = False
     count: int = 500
     pack_workers: Optional[int] = None    # None = the usable CPUs
+    max_side: Optional[int] = 384         # one more encoded row packed with --max-side; None or 0: none
 
 
 class Bench:
@@ -56,6 +59,7 @@ class Bench:
         self.src = Path(cfg.src) if cfg.src else self._sample()
         self.source = scan(self.src)
         self.blobs = [(self.source.root / p).read_bytes() for p in self.source.paths]
+        self.shrunk: Dict[int, List[bytes]] = {}
         self.pack_procs = cfg.pack_workers or available_cpus()
 
     def _sample(self) -> Path:
@@ -64,9 +68,21 @@ class Bench:
         log.info("writing a synthetic sample of %d images", self.cfg.count)
         return make_sample(self.work / "sample", self.cfg.count)
 
-    def decode_limit(self, processes: int, exact: bool = True) -> dict:
-        name = f"decode x{max(1, processes)}{'' if exact else ' fast'}"
-        return {"name": name, **ceilings.decode_rate(self.blobs, self.size, processes, exact)}
+    def decode_limit(self, processes: int, exact: bool = True, max_side: Optional[int] = None) -> dict:
+        name = f"decode x{max(1, processes)}{'' if exact else ' fast'}{f' max-side {max_side}' if max_side else ''}"
+        return {"name": name, **ceilings.decode_rate(self.blobs_at(max_side), self.size, processes, exact)}
+
+    def blobs_at(self, max_side: Optional[int]) -> List[bytes]:
+        """The source's bytes as a pack with ``max_side`` stores them (re-encoded by the packer's own code)."""
+        if not max_side:
+            return self.blobs
+        if max_side not in self.shrunk:
+            from ..packers.records import PackOptions, load_record
+
+            opts = PackOptions(store="encoded", max_side=max_side)
+            self.shrunk[max_side] = [bytes(load_record(self.source, i, opts, []).data)
+                                     for i in range(len(self.source))]
+        return self.shrunk[max_side]
 
     def memcopy_limit(self, _workers: int = 0) -> dict:
         return {"name": "memcopy", **ceilings.memcopy()}
@@ -100,23 +116,25 @@ class Bench:
     def source_files(self) -> List[Path]:
         return [self.source.root / p for p in self.source.paths]
 
-    def format_row(self, fmt: str, store: str) -> dict:
+    def format_row(self, fmt: str, store: str, max_side: Optional[int] = None) -> dict:
         from ..datasets import open_dataset
 
-        dst = self.work / f"{fmt}-{store}"
+        name = f"{fmt}/{store}{f' max-side {max_side}' if max_side else ''}"
+        dst = self.work / name.replace("/", "-").replace(" ", "-")
         limit = partial(self.decode_limit, self.pack_procs) if store == "pixels" else self.copy_limit
-        log.info("packing %s/%s", fmt, store)
+        log.info("packing %s", name)
         # wds: at least two shards per process, as one packs for a DataLoader (else every
         # worker reads every shard, keeps 1 sample in N, and warns)
         shards = {"shard_size": -(-len(self.source) // (2 * self.pack_procs))} if fmt == "wds" else {}
-        m, figures = pack_measured(self.src, dst, fmt, store, self.size, self.pack_procs, limit, **shards)
-        files = [dst / name for name in m["files"]]
-        row = {"name": f"{fmt}/{store}", "format": fmt, "store": store, "pack": figures,
+        m, figures = pack_measured(self.src, dst, fmt, store, self.size, self.pack_procs, limit,
+                                   max_side=max_side, **shards)
+        files = [dst / f for f in m["files"]]
+        row = {"name": name, "format": fmt, "store": store, "max_side": max_side, "pack": figures,
                "storage": storage(files, self.cfg.cold)}
-        log.info("reading %s/%s", fmt, store)
+        log.info("reading %s", name)
         dataset = open_dataset(dst, size=self.size, crop="center")
         exact = getattr(dataset, "exact", True)
-        limit = self.memcopy_limit if store == "pixels" else partial(self.decode_limit, exact=exact)
+        limit = self.memcopy_limit if store == "pixels" else partial(self.decode_limit, exact=exact, max_side=max_side)
         row["read"] = self.read(dataset, self.loader, limit, files)
         shutil.rmtree(dst, ignore_errors=True)
         return row
@@ -137,18 +155,21 @@ def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
         for fmt in cfg.formats:
             for store in cfg.stores:
                 _try_row(bench, fmt, store, result)
+        if cfg.max_side and "encoded" in cfg.stores:
+            _try_row(bench, cfg.formats[0], "encoded", result, cfg.max_side)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = judge(result)
     return result
 
 
-def _try_row(bench: Bench, fmt: str, store: str, result: Dict) -> None:
+def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optional[int] = None) -> None:
     if fmt not in FORMATS:
         result["unavailable"][fmt] = f"format {fmt!r} is not registered (registered: {', '.join(FORMATS)})"
         return
     try:
-        result["rows"].append(bench.format_row(fmt, store))
+        result["rows"].append(bench.format_row(fmt, store, max_side))
     except Exception as e:  # one broken format must not hide the others' figures
-        log.warning("%s/%s failed", fmt, store, exc_info=True)
-        result["unavailable"][f"{fmt}/{store}"] = f"{type(e).__name__}: {e}"
+        name = f"{fmt}/{store}{f' max-side {max_side}' if max_side else ''}"
+        log.warning("%s failed", name, exc_info=True)
+        result["unavailable"][name] = f"{type(e).__name__}: {e}"
