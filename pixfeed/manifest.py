@@ -108,5 +108,7 @@ def validate(m: Any, where: object) -> None:
     for name, meta in files.items():
         _require(isinstance(name, str) and name and not os.path.isabs(name) and ".." not in Path(name).parts,
                  where, f"file name {name!r} must be a relative path inside the dataset")
-        _require(isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("xxh3_64"), str),
-                 where, f"files[{name!r}] must have integer 'bytes' and string 'xxh3_64'")
+        size = meta.get("bytes") if isinstance(meta, dict) else None
+        _require(isinstance(size, int) and not isinstance(size, bool) and size >= 0
+                 and isinstance(meta.get("xxh3_64"), str),
+                 where, f"files[{name!r}] must have a non-negative integer 'bytes' and a string 'xxh3_64'")

@@ -30,7 +30,7 @@ def _int(v, low=None) -> bool:
 
 def _file_ok(name, meta) -> bool:
     return (isinstance(name, str) and bool(name) and not os.path.isabs(name) and ".." not in Path(name).parts
-            and isinstance(meta, dict) and isinstance(meta.get("bytes"), int) and isinstance(meta.get("xxh3_64"), str))
+            and isinstance(meta, dict) and _int(meta.get("bytes"), 0) and isinstance(meta.get("xxh3_64"), str))
 
 
 def follows_contract(m) -> bool:
@@ -90,4 +90,6 @@ def test_file_tables(files):
 
 def test_valid_manifest_and_deep_nesting():
     check(json.dumps(VALID))
+    for size in (-1, True):
+        check(json.dumps({**VALID, "files": {"images.npy": {"bytes": size, "xxh3_64": "00"}}}))
     check("[" * 100_000 + "]" * 100_000)
