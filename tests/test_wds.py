@@ -18,7 +18,7 @@ from conftest import make_tree, write_image
 from PIL import Image
 from webdataset.tariterators import base_plus_ext
 
-from pixfeed.checksum import record_hash
+from pixfeed.checksum import file_hash, record_hash
 from pixfeed.datasets import MmapImageDataset, WdsImageDataset, open_dataset
 from pixfeed.datasets import wds as wds_reader
 from pixfeed.errors import CorruptDataError, DatasetNotFoundError, ImageDecodeError, OptionError
@@ -313,6 +313,8 @@ def test_skipped_images_keep_indices_consistent(tmp_path):
                     meta = json.load(tar.extractfile(info))
                     assert keys[meta["index"]] == meta["key"]
     assert sorted(i for i, _ in Indexed(tmp_path / "d")) == list(range(9))
+    for name, meta in m["files"].items():  # renumbered, joined and untouched shards alike
+        assert meta["xxh3_64"] == file_hash(tmp_path / "d" / name), name
 
 
 @pytest.mark.parametrize("store", ["encoded", "pixels"])

@@ -179,11 +179,12 @@ def _output_error(dst: Path, e: OSError) -> OutputError:
 
 
 def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
+    hashed = {s["name"]: s["xxh3_64"] for s in extra.get("shards", ())}  # wds workers hashed their shards
     files = {}
     for p in sorted(tmp.rglob("*")):
         if p.is_file():
             rel = p.relative_to(tmp).as_posix()
-            files[rel] = {"bytes": p.stat().st_size, "xxh3_64": file_hash(p)}
+            files[rel] = {"bytes": p.stat().st_size, "xxh3_64": hashed.get(rel) or file_hash(p)}
     options = {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "workers")}
     options["size"] = list(opts.size) if opts.size else None
     return {
