@@ -1,17 +1,22 @@
 """Scanning a source folder into an ordered list of samples.
 
 ImageFolder layout ``root/<class>/.../<img>``: the class is the first-level
-folder and the label its index among the sorted class names.  A folder with
+folder and the label its index among the sorted class names.  As in
+torchvision's ``find_classes``, every first-level folder is a class, one
+without images too (so labels do not shift when a split lacks a class; the
+manifest notes it).  A folder with
 images directly in it and no class folders is *flat*: labels are -1 and
 ``classes`` is None.  Files and folders whose names start with "." are
-skipped.  Samples are ordered by relative path (sorted as strings), so the
+skipped; symbolic links to folders are followed (as torchvision's ImageFolder
+does), except a link back to a folder above it (a loop).  Samples are ordered by relative path (sorted as strings), so the
 same tree always gives the same order.  The key of a sample is its relative
-path without the extension, with "/" separators.
+path without the extension, with "/" separators.  Paths must be valid UTF-8
+(keys are stored as UTF-8 text); others are refused, named.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -30,6 +35,7 @@ class Source:
     labels: np.ndarray        # int64, -1 for a flat source
     classes: Optional[List[str]]
     sizes: np.ndarray         # int64 file sizes in bytes (0 where stat failed)
+    notes: List[str] = field(default_factory=list)  # for the manifest's notes
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -51,14 +57,33 @@ def _walk(root: Path, exts: tuple) -> List[str]:
     def onerror(err: OSError) -> None:
         raise SourceError(f"{err.filename}: cannot list folder ({err.strerror})")
 
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    ancestors = {}  # folder -> (device, inode) of it and the folders above it: a link back up is a loop
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=True):
+        st, above = os.stat(dirpath), ancestors.get(os.path.dirname(dirpath), frozenset())
+        if (st.st_dev, st.st_ino) in above:
+            dirnames[:] = []
+            continue
+        ancestors[dirpath] = above | {(st.st_dev, st.st_ino)}
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         rel = os.path.relpath(dirpath, root)
         for name in filenames:
             if name.startswith(".") or os.path.splitext(name)[1].lower() not in exts:
                 continue
             found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+    _check_utf8(root, found)
     return sorted(found)
+
+
+def _check_utf8(root: Path, paths: List[str]) -> None:
+    bad = []
+    for p in paths:
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            bad.append(ascii(str(root / p)))
+    if bad:
+        raise SourceError(f"{len(bad)} file name(s) not valid UTF-8, which keys must be: {', '.join(bad[:3])}; "
+                          "rename them (for example with convmv)")
 
 
 def _unique_keys(paths: List[str]) -> List[str]:
@@ -90,14 +115,21 @@ def scan(root: str | os.PathLike, extensions=None) -> Source:
         top = [p for p in paths if "/" not in p][:3]
         raise SourceError(f"source {root}: mixes class folders with images at the top level ({', '.join(top)}); "
                           "use either root/<class>/<img> or a flat folder")
+    notes = []
     if nested:
-        classes = sorted({p.split("/", 1)[0] for p in paths})
+        with os.scandir(root) as entries:
+            classes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+        _check_utf8(root, classes)
         index = {c: i for i, c in enumerate(classes)}
         labels = np.array([index[p.split("/", 1)[0]] for p in paths], dtype=np.int64)
+        empty = sorted(set(classes) - {p.split("/", 1)[0] for p in paths})
+        if empty:
+            notes.append(f"source {root}: class folder(s) without images kept as classes, so labels match the "
+                         f"folder listing: {', '.join(f'{c} (label {index[c]})' for c in empty[:10])}")
     else:
         classes, labels = None, np.full(len(paths), -1, dtype=np.int64)
     sizes = np.array([_size(root / p) for p in paths], dtype=np.int64)
-    return Source(root, paths, _unique_keys(paths), labels, classes, sizes)
+    return Source(root, paths, _unique_keys(paths), labels, classes, sizes, notes)
 
 
 def _size(path: Path) -> int:

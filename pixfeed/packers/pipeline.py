@@ -192,7 +192,7 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         "count": int(len(kept)), "classes": source.classes, "store": opts.store,
         "shape": [*opts.size, 3] if opts.store == "pixels" else None,
         "checksum": ALGORITHM, "keys_file": KEYS_NAME, "files": files,
-        "skipped": skipped, "notes": [n for r in results for n in r.notes],
+        "skipped": skipped, "notes": source.notes + [n for r in results for n in r.notes],
         "options": options, "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **extra,
