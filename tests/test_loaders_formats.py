@@ -78,3 +78,12 @@ def test_pixels_batches_match_single_reads(packed):
     images, labels = next(iter(make_loader(dataset, 5, shuffle=False)))
     for i in range(5):
         assert torch.equal(images[i], dataset[i][0]) and int(labels[i]) == dataset[i][1]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_encoded_images_of_different_sizes_are_refused_before_any_worker(packed, fmt):
+    path, _ = packed[f"{fmt}-encoded"]
+    with pytest.raises(OptionError, match="different sizes and cannot be batched; open it with size="):
+        make_loader(open_dataset(path), 4)
+    assert len(make_loader(open_dataset(path), 1, num_workers=0)) == 33  # one image a batch needs no size
+    make_loader(open_dataset(path, transform=lambda x: x[:, :4, :4]), 4)  # a transform may make one shape

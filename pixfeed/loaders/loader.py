@@ -37,6 +37,7 @@ from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
 from pixfeed.loaders.seeding import WorkerSeeder, preserved_rngs
 from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
 from pixfeed.loaders.world import Distributed, World
+from pixfeed.errors import OptionError
 
 
 class PixfeedLoader(DataLoader):
@@ -85,6 +86,7 @@ def make_loader(
                             read_ahead=read_ahead, seed=seed, distributed=distributed)
     check_int("batch_size", batch_size, 1)
     check_int("seed", seed, 0)
+    _check_batchable(dataset, batch_size)
     world = World.detect(distributed)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
@@ -99,6 +101,15 @@ def make_loader(
         **_ordering(source, plan, shuffle, drop_last, seed),
         **_workers(plan, seed),
     )
+
+
+def _check_batchable(dataset: Any, batch_size: int) -> None:
+    """Refuse, before any worker starts, a pixfeed dataset whose images cannot share a batch."""
+    if batch_size > 1 and getattr(dataset, "transform", False) is None and hasattr(dataset, "fixed_shape") \
+            and dataset.fixed_shape is None:
+        raise OptionError(f"{dataset.path}: its encoded images have different sizes and cannot be batched; "
+                          "open it with size=224 (or HxW), crop='random' for training, or a transform that "
+                          "resizes")
 
 
 def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, num_workers: Auto,
