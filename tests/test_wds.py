@@ -22,6 +22,7 @@ from pixfeed.checksum import file_hash, record_hash
 from pixfeed.datasets import MmapImageDataset, WdsImageDataset, open_dataset
 from pixfeed.datasets import wds as wds_reader
 from pixfeed.errors import CorruptDataError, DatasetNotFoundError, ImageDecodeError, OptionError
+from pixfeed.loaders import make_loader
 from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
 from pixfeed.packers.wds import add_member
@@ -162,6 +163,27 @@ def test_dataloader_workers_see_every_sample_once(image_tree, tmp_path, shard_si
     for epoch in range(2):
         ds.set_epoch(epoch)
         assert sorted(int(i) for i in loader) == list(range(12))
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_persistent_workers_see_set_epoch(image_tree, tmp_path, start):
+    """make_loader keeps wds workers between epochs; each epoch is still the one set in the main process."""
+    pack(image_tree, tmp_path / "d", "wds", workers=2, shard_size=3)
+    loader = make_loader(IndexOnly(tmp_path / "d"), 1, shuffle=True, num_workers=2)
+    assert loader.persistent_workers and loader.pixfeed_plan.persistent_workers
+    loader.multiprocessing_context = start
+    fresh = torch.utils.data.DataLoader(IndexOnly(tmp_path / "d"), batch_size=None, num_workers=2)
+    epochs = []
+    for epoch in (0, 1, 1, 5):
+        loader.set_epoch(epoch)
+        fresh.dataset.set_epoch(epoch)
+        got = [int(i) for i, in loader]
+        assert got == [int(i) for i in fresh], f"epoch {epoch}"
+        epochs.append(got)
+    assert epochs[0] != epochs[1] == epochs[2] != epochs[3] and sorted(epochs[3]) == list(range(12))
+    copy = pickle.loads(pickle.dumps(fresh.dataset))  # a plain pickle takes the value, not the memory
+    copy.set_epoch(9)
+    assert copy.epoch == 9 and fresh.dataset.epoch == 5
 
 
 def test_a_worker_with_nothing_ends(tmp_path):

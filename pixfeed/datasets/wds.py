@@ -22,6 +22,10 @@ is its key).  Each epoch (``set_epoch``) is split like this:
 4. Shuffling: a buffer of ``buffer`` samples per worker (stored bytes, decoded
    on the way out), seeded from ``(seed, epoch, rank, worker)``.
 
+The epoch lives in a one-number tensor in shared memory, so persistent
+DataLoader workers see ``set_epoch`` from the main process (their copies of a
+plain attribute would not); a plain ``pickle`` copy takes the value only.
+
 ``rank``/``world_size`` default to torch.distributed's when it is initialised
 (else 0 and 1); ``make_loader`` sets them.  Each sample is checked: the image
 member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
@@ -41,6 +45,7 @@ import warnings
 from typing import Iterator, List, Tuple
 
 import numpy as np
+import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
@@ -59,6 +64,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     ``size``, ``crop``, ``verify`` and any other option go to ImageRecords."""
     format = "wds"
+    epoch_in_shared_memory = True  # persistent workers see set_epoch (pixfeed.loaders.plan)
 
     def __init__(self, path, transform=None, *, shuffle: bool = True, buffer: int = 1000, seed: int = 0,
                  rank=None, world_size=None, **options):
@@ -68,7 +74,8 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         super().__init__(path, transform, **options)
         if buffer < 0 or seed < 0:
             raise OptionError(f"buffer={buffer}, seed={seed}: both must be non-negative integers")
-        self.shuffle, self.buffer, self.seed, self.epoch = shuffle, buffer, seed, 0
+        self.shuffle, self.buffer, self.seed = shuffle, buffer, seed
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.rank, self.world_size = _world(rank, world_size)
         self.shards = _shard_table(self.manifest, self.path)
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
@@ -77,8 +84,12 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         """Samples this rank yields per epoch."""
         return self.manifest["count"] // self.world_size
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        self._epoch[0] = int(epoch)
 
     def _open(self) -> list:
         return [self.path / s["name"] for s in self.shards]

@@ -22,7 +22,9 @@
   delay the training loop's own Python.
 * ``pin_memory``: when CUDA is available.
 * ``persistent_workers``: whenever there are workers, except for datasets with
-  ``set_epoch`` (WebDataset), whose copies in persistent workers would never see it.
+  ``set_epoch`` that keep the epoch in a plain attribute, which the copies in
+  persistent workers would never see (pixfeed's WebDataset reader keeps it in
+  shared memory: ``epoch_in_shared_memory``).
 * ``prefetch_factor``: batches each worker keeps ready,
   ``PREFETCH_BUDGET // (batch bytes x workers)`` clamped to 1..4 (2 when the
   batch size in bytes is unknown), then lowered to fit shared memory (``shm.py``).
@@ -129,7 +131,8 @@ def choose_persistent(requested: Auto, workers: int, dataset: Any) -> Choice:
         if check_bool("persistent_workers", requested) and workers == 0:
             raise OptionError("persistent_workers=True needs num_workers > 0; use persistent_workers='auto'")
         return requested, CALLER
-    if workers and callable(getattr(dataset, "set_epoch", None)):
+    if workers and callable(getattr(dataset, "set_epoch", None)) and not getattr(dataset, "epoch_in_shared_memory",
+                                                                                  False):
         return False, "fresh workers each epoch so they see the dataset's set_epoch"
     return workers > 0, "keep workers between epochs" if workers else "no workers"
 
