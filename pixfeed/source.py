@@ -8,8 +8,9 @@ manifest notes it).  A folder with
 images directly in it and no class folders is *flat*: labels are -1 and
 ``classes`` is None.  Files and folders whose names start with "." are
 skipped; symbolic links to folders are followed (as torchvision's ImageFolder
-does), except a link back to a folder above it (a loop).  Samples are ordered by relative path (sorted as strings), so the
-same tree always gives the same order.  The key of a sample is its relative
+does), except a link back to a folder above it (a loop).  Samples are ordered
+by relative path (sorted as strings), so the same tree always gives the same
+order.  The key of a sample is its relative
 path without the extension, with "/" separators.  Paths must be valid UTF-8
 (keys are stored as UTF-8 text); others are refused, named.
 """
