@@ -34,7 +34,7 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="pack processes (default: the CPUs this process may use)")
     p.add_argument("--on-error", default="fail", choices=("fail", "skip"),
                    help="fail: stop at the first bad image; skip: pack the rest and list what was skipped")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing DST (only once the new pack succeeds)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
     p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
     p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")

@@ -107,6 +107,23 @@ def test_existing_destination_needs_overwrite(image_tree, tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_overwrite_never_replaces_what_is_not_a_dataset(image_tree, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "thesis.tex").write_text("years of work")
+    (tmp_path / "file.txt").write_text("a file")
+    for dst, what in ((tmp_path / "notes", "not a pixfeed dataset"), (tmp_path / "file.txt", "is a file")):
+        with pytest.raises(OptionError, match=f"{what}.*nothing was touched"):
+            pixfeed.pack(image_tree, dst, "mmap", size=8, overwrite=True)
+    assert (tmp_path / "notes" / "thesis.tex").read_text() == "years of work"
+    assert (tmp_path / "file.txt").read_text() == "a file"
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "notes")
+    for dst in (tmp_path / "empty", tmp_path / "link"):  # an empty folder; a link (only the link goes)
+        pixfeed.pack(image_tree, dst, "mmap", size=8, overwrite=True)
+        assert MmapImageDataset(dst)[0][0].shape == (3, 8, 8)
+    assert (tmp_path / "notes" / "thesis.tex").read_text() == "years of work"
+
+
 def test_worker_failure_leaves_no_destination_and_keeps_old(image_tree, tmp_path, monkeypatch):
     dst = tmp_path / "ds"
     pixfeed.pack(image_tree, dst, "mmap", size=8)

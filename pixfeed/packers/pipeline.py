@@ -29,7 +29,7 @@ from .. import __version__
 from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..loaders.cpus import available_cpus
-from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, write_json_atomic, write_manifest
+from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..source import scan
 from .records import PackOptions, Record, load_record
 from .writer import TaskResult, Writer
@@ -134,8 +134,8 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
     opts.store = opts.store or cls.default_store
     opts.check()
     dst = Path(dst)
-    if dst.exists() and not opts.overwrite:
-        raise OptionError(f"destination {dst} exists; pass --overwrite (overwrite=True) to replace it")
+    if dst.exists() or dst.is_symlink():
+        _check_replaceable(dst, opts.overwrite)
     source = scan(src, opts.ext)
     if not dst.parent.is_dir():
         raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
@@ -170,6 +170,18 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
             raise _output_error(dst, e) from e
         raise
     return manifest
+
+
+def _check_replaceable(dst: Path, overwrite: bool) -> None:
+    """``--overwrite`` replaces a pixfeed dataset, an empty folder or a symbolic link (the
+    link, not its target); never a file or a folder holding anything else."""
+    if not overwrite:
+        raise OptionError(f"destination {dst} exists; pass --overwrite (overwrite=True) to replace it")
+    if dst.is_symlink() or (dst.is_dir() and ((dst / MANIFEST_NAME).is_file() or not any(dst.iterdir()))):
+        return
+    what = "a file" if not dst.is_dir() else f"a folder that is not a pixfeed dataset (no {MANIFEST_NAME})"
+    raise OptionError(f"destination {dst} is {what}; --overwrite only replaces pixfeed datasets and empty "
+                      "folders, so nothing was touched: choose another DST or remove it yourself")
 
 
 def _output_error(dst: Path, e: OSError) -> OutputError:
