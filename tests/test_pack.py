@@ -124,6 +124,15 @@ def test_overwrite_never_replaces_what_is_not_a_dataset(image_tree, tmp_path):
     assert (tmp_path / "notes" / "thesis.tex").read_text() == "years of work"
 
 
+def test_destination_inside_the_source_is_refused(image_tree):
+    for dst in (image_tree / "packed", image_tree / "cat" / "packed"):
+        with pytest.raises(OptionError, match="is inside the source"):
+            pixfeed.pack(image_tree, dst, "mmap", size=8, overwrite=True)
+    with pytest.raises(OptionError, match="not a pixfeed dataset"):  # the source itself
+        pixfeed.pack(image_tree, image_tree, "mmap", size=8, overwrite=True)
+    assert not (image_tree / "packed").exists() and len(list(image_tree.rglob("*.*"))) == 12
+
+
 def test_worker_failure_leaves_no_destination_and_keeps_old(image_tree, tmp_path, monkeypatch):
     dst = tmp_path / "ds"
     pixfeed.pack(image_tree, dst, "mmap", size=8)

@@ -139,6 +139,9 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
     source = scan(src, opts.ext)
     if not dst.parent.is_dir():
         raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
+    if dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
+        raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
+                          "find it (as a class folder); choose a DST outside the source")
     _remove_stale_tmp(dst)
     tmp = dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
     start = time.perf_counter()
