@@ -151,7 +151,7 @@ def test_iterable_dataset_gets_set_epoch_and_rank(monkeypatch):
     assert [list(map(int, b)) for b in loader] == [[1, 3], [5, 7], [9]]
     list(loader)
     assert stream.epochs == [0, 1] and (stream.rank, stream.world_size) == (1, 2)
-    assert make_loader(Stream(), 2, num_workers=1).persistent_workers is False
+    assert make_loader(Stream(), 2, num_workers=1, distributed=False).persistent_workers is False
 
 
 @pytest.mark.parametrize("options, name", [
@@ -166,6 +166,18 @@ def test_iterable_dataset_gets_set_epoch_and_rank(monkeypatch):
 def test_bad_options_name_the_option(dataset, options, name):
     with pytest.raises(OptionError, match=name):
         make_loader(dataset, 4, **options)
+
+
+def test_auto_warns_when_the_environment_says_several_ranks(dataset, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.warns(UserWarning, match="WORLD_SIZE=2 .* no torch.distributed process group"):
+        loader = make_loader(dataset, 8, num_workers=0)
+    assert len(loader.sampler) == len(dataset)  # not split: a single process, as the warning says
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_loader(dataset, 8, num_workers=0)
 
 
 def test_bad_batch_size_and_missing_process_group(dataset, monkeypatch):

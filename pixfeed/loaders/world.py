@@ -5,13 +5,16 @@
 
 * ``distributed=False``: a single process, always.
 * ``distributed="auto"``: the initialised process group if there is one, else
-  a single process.
+  a single process, with a warning when ``WORLD_SIZE`` says this is one of
+  several ranks (a loader made before ``init_process_group`` would read the
+  whole dataset on every rank).
 * ``distributed=True``: the initialised process group, else ``RANK`` and
   ``WORLD_SIZE`` from the environment (set by ``torchrun``); neither is an error.
 """
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Union
 
@@ -37,6 +40,12 @@ class World:
             return cls(dist.get_rank(), dist.get_world_size())
         if distributed is True:
             return cls._from_environment()
+        size = os.environ.get("WORLD_SIZE", "1")
+        if size.isdigit() and int(size) > 1:
+            warnings.warn(f"WORLD_SIZE={size} in the environment, but no torch.distributed process group is "
+                          "initialised: this loader reads the whole dataset in this process. Create it after "
+                          "init_process_group, or pass distributed=True to split by RANK and WORLD_SIZE",
+                          stacklevel=3)
         return cls()
 
     @classmethod
