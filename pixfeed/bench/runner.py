@@ -119,7 +119,7 @@ class Bench:
     def format_row(self, fmt: str, store: str, max_side: Optional[int] = None) -> dict:
         from ..datasets import open_dataset
 
-        name = f"{fmt}/{store}{f' max-side {max_side}' if max_side else ''}"
+        name = row_name(fmt, store, max_side)
         dst = self.work / name.replace("/", "-").replace(" ", "-")
         limit = partial(self.decode_limit, self.pack_procs) if store == "pixels" else self.copy_limit
         log.info("packing %s", name)
@@ -170,6 +170,10 @@ def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optiona
     try:
         result["rows"].append(bench.format_row(fmt, store, max_side))
     except Exception as e:  # one broken format must not hide the others' figures
-        name = f"{fmt}/{store}{f' max-side {max_side}' if max_side else ''}"
+        name = row_name(fmt, store, max_side)
         log.warning("%s failed", name, exc_info=True)
         result["unavailable"][name] = f"{type(e).__name__}: {e}"
+
+
+def row_name(fmt: str, store: str, max_side: Optional[int] = None) -> str:
+    return f"{fmt}/{store}{f' max-side {max_side}' if max_side else ''}"
