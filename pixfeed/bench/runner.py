@@ -69,7 +69,7 @@ class Bench:
         return make_sample(self.work / "sample", self.cfg.count)
 
     def decode_limit(self, processes: int, exact: bool = True, max_side: Optional[int] = None) -> dict:
-        name = f"decode x{max(1, processes)}{'' if exact else ' fast'}{f' max-side {max_side}' if max_side else ''}"
+        name = f"decode x{max(1, processes)}{'' if exact else ' fast'}{_side(max_side)}"
         return {"name": name, **ceilings.decode_rate(self.blobs_at(max_side), self.size, processes, exact)}
 
     def blobs_at(self, max_side: Optional[int]) -> List[bytes]:
@@ -176,4 +176,9 @@ def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optiona
 
 
 def row_name(fmt: str, store: str, max_side: Optional[int] = None) -> str:
-    return f"{fmt}/{store}{f' max-side {max_side}' if max_side else ''}"
+    return f"{fmt}/{store}{_side(max_side)}"
+
+
+def _side(max_side: Optional[int]) -> str:
+    """The suffix naming a --max-side row and its ceiling."""
+    return f" max-side {max_side}" if max_side else ""
