@@ -1,4 +1,5 @@
-"""Every import in the package points down the layers: core -> formats -> loaders -> tools.
+"""Every import in the package points down the layers: core -> formats -> loaders -> tools,
+and no tool imports another (what two tools share moves down).
 
 ``LAYERS`` is the one table of layers; only this test reads it, so it lives
 here rather than in a package module that nothing would import.  A key is a
@@ -34,10 +35,21 @@ LAYERS = {
 PACKAGE = Path(pixfeed.__file__).parent
 
 
-def layer(path: str) -> Optional[int]:
-    """The layer of a module given by its path under ``pixfeed/`` (most specific key), or None."""
+def entry(path: str) -> Optional[str]:
+    """The most specific key of ``LAYERS`` that covers a module's path under ``pixfeed/``, or None."""
     keys = [k for k in LAYERS if path == k or (k.endswith("/") and path.startswith(k))]
-    return LAYERS[max(keys, key=len)] if keys else None
+    return max(keys, key=len) if keys else None
+
+
+def layer(path: str) -> Optional[int]:
+    return None if entry(path) is None else LAYERS[entry(path)]
+
+
+def allowed(path: str, target: Optional[str]) -> bool:
+    """Down or sideways; but a tool imports no other tool (``diagnose/`` does not use ``bench/``)."""
+    if target is None or layer(target) is None or layer(target) > layer(path):
+        return False
+    return layer(path) != TOOLS or layer(target) != TOOLS or entry(target) == entry(path)
 
 
 def module_path(root: Path, module: str) -> Optional[str]:
@@ -73,15 +85,14 @@ def modules(root: Path) -> Iterator[str]:
 
 
 def upward_imports(root: Path) -> Iterator[Tuple[str, int, str]]:
-    """(path, line, imported module) for every import of a higher layer, and unassigned modules."""
+    """(path, line, imported module) for every import not allowed, and unassigned modules."""
     for path in modules(root):
         if layer(path) is None:
             yield path, 0, "(no layer: add it to LAYERS)"
             continue
         for node in ast.walk(ast.parse((root / path).read_text(encoding="utf-8"), path)):
             for module in imported(root, path, node):
-                target = module_path(root, module)
-                if target is None or layer(target) is None or layer(target) > layer(path):
+                if not allowed(path, module_path(root, module)):
                     yield path, node.lineno, module
 
 
@@ -108,7 +119,11 @@ def test_the_check_finds_upward_and_unassigned(tmp_path):
     write(tmp_path, "cpus.py", "from pixfeed import loaders\n")                   # absolute, a package
     write(tmp_path, "packers/mmap.py", "from ..loaders import plan\nfrom .. import errors\n")  # relative, 2 up
     write(tmp_path, "loaders/shm.py", "import pixfeed.packers\nfrom . import plan\n")  # downward and sideways: fine
+    write(tmp_path, "bench/report.py", "from pixfeed.bench import chart\nfrom ..loaders import plan\n")  # fine
+    write(tmp_path, "bench/chart.py")
+    write(tmp_path, "diagnose/doctor.py", "from pixfeed.bench.report import x\n")  # one tool uses another
     write(tmp_path, "newthing.py")
     assert sorted(upward_imports(tmp_path)) == [
-        ("cpus.py", 1, "pixfeed.loaders"), ("errors.py", 2, "pixfeed.loaders.plan"),
-        ("newthing.py", 0, "(no layer: add it to LAYERS)"), ("packers/mmap.py", 1, "pixfeed.loaders.plan")]
+        ("cpus.py", 1, "pixfeed.loaders"), ("diagnose/doctor.py", 1, "pixfeed.bench.report"),
+        ("errors.py", 2, "pixfeed.loaders.plan"), ("newthing.py", 0, "(no layer: add it to LAYERS)"),
+        ("packers/mmap.py", 1, "pixfeed.loaders.plan")]
