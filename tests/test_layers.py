@@ -25,8 +25,8 @@ LAYERS = {
     # core: records, manifest, decode, checksums, the machine and the distributed world, shared helpers
     "__init__.py": CORE, "errors.py": CORE, "checksum.py": CORE, "record.py": CORE, "manifest.py": CORE,
     "registry.py": CORE, "source.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
-    "_jpeghead.py": CORE, "cpus.py": CORE, "world.py": CORE, "pagecache.py": CORE, "texttable.py": CORE,
-    "_progress.py": CORE,
+    "_jpeghead.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE, "pagecache.py": CORE,
+    "texttable.py": CORE, "_progress.py": CORE,
     # formats: writers, readers, and checking a packed dataset
     "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
     "loaders/": LOADERS,
@@ -75,9 +75,8 @@ def imported(root: Path, path: str, node: ast.AST) -> Iterator[str]:
         base = node.module
     else:
         return
-    for alias in node.names:  # ``from pixfeed import cpus`` loads the module pixfeed.cpus
-        sub = f"{base}.{alias.name}"
-        yield sub if module_path(root, sub) else base
+    subs = (f"{base}.{alias.name}" for alias in node.names)  # ``from pixfeed import cpus``: pixfeed.cpus
+    yield from dict.fromkeys(sub if module_path(root, sub) else base for sub in subs)
 
 
 def modules(root: Path) -> Iterator[str]:
