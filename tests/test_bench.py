@@ -64,10 +64,14 @@ def test_run_writes_markdown_and_chart(run):
         assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_unregistered_format_is_reported_not_fatal():
+def test_a_failing_format_is_reported_not_fatal():
+    class Failing:
+        def format_row(self, fmt, store, max_side):
+            raise RuntimeError(f"{fmt} broke")
+
     result = {"unavailable": {}, "rows": []}
-    _try_row(None, "nosuchformat", "pixels", result)
-    assert result["rows"] == [] and "not registered" in result["unavailable"]["nosuchformat"]
+    _try_row(Failing(), "lmdb", "pixels", result)
+    assert result["rows"] == [] and result["unavailable"] == {"lmdb/pixels": "RuntimeError: lmdb broke"}
 
 
 def test_bad_option_names_the_choices(capsys):
