@@ -8,7 +8,8 @@ from .base import MapImageDataset
 
 
 class H5ImageDataset(MapImageDataset):
-    """``H5ImageDataset(path, transform=None, *, size=None, crop="center", checksums=True)``.
+    """``H5ImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
+    checksums=True, exact=False)``.
 
     The file is opened read-only on first access in each process (an HDF5
     handle is never used across a fork).  A dense batch (its indices span at

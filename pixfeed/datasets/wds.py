@@ -60,8 +60,8 @@ _WARNED: set = set()
 
 
 class WdsImageDataset(ImageRecords, IterableDataset):
-    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", checksums=True,
-    shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
+    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None, checksums=True,
+    exact=False, shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
 
     ``size``, ``crop``, ``checksums`` and any other option go to ImageRecords."""
     format = "wds"

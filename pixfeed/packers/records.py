@@ -75,7 +75,7 @@ def _read_error(path: Path, e: OSError) -> str:
 
 
 def _reencode(data: bytes, where: str, opts: PackOptions):
-    arr = decode(data, where=where, max_pixels=opts.max_pixels)
+    arr = decode(data, where=where, max_pixels=opts.max_pixels, exact=True)
     h, w = arr.shape[:2]
     scale = opts.max_side / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
