@@ -18,7 +18,7 @@ _EXPORTS = {
     "DevicePrefetcher": "pixfeed.loaders",
     "profile_loader": "pixfeed.diagnose.stall",
     "StallMeter": "pixfeed.diagnose.stall",
-    "autotune": "pixfeed.diagnose.autotune",
+    "autotune": "pixfeed.loaders.tune",
     # every format's reader class (pixfeed.registry)
     **{f.reader_name: "pixfeed.datasets" for f in FORMATS.values()},
 }

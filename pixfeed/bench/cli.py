@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import List, Union
 
 from ..errors import OptionError
+from ..manifest import STORES
 from ..registry import FORMATS
-
-STORES = ("encoded", "pixels")  # the runner (torch, every format) is imported only when bench runs
 
 
 def _names(value: str, allowed: tuple, what: str) -> List[str]:
@@ -38,7 +37,7 @@ def add_command(subparsers) -> None:
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("src", nargs="?", type=Path, help="image folder (default: a synthetic sample of --count images)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated (default {','.join(FORMATS)})")
-    p.add_argument("--store", default=",".join(STORES), help="encoded, pixels or both (default encoded,pixels)")
+    p.add_argument("--store", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)} (default: all)")
     p.add_argument("--size", default="224", help="delivered image size S or HxW (default 224)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)

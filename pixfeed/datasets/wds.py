@@ -51,8 +51,8 @@ from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError
-from ..loaders.world import World
 from ..layouts.wds import META_EXTENSION, image_extensions
+from ..world import World
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
