@@ -10,7 +10,10 @@ per-process handles, checksum checks on read, and turning stored records into
   naming the dataset, record index and key.
 * ``image`` is a uint8 CHW RGB tensor; ``size=`` and ``crop=`` ("center" or
   "random": random-resized crop + horizontal flip drawn from torch's RNG)
-  give every image one shape; ``transform`` is applied last.
+  give every image one shape; ``transform`` is applied last.  ``make_loader``
+  seeds the RNGs per sample from (seed, epoch, index) (``pixfeed.seeds``), so
+  a crop does not depend on the worker that made it; ``deterministic`` says
+  when reading draws no random numbers at all.
 * Encoded records take decode's fast path unless ``exact=True`` (then they
   match a plain Pillow pipeline pixel for pixel, as pixels-mode packs do).
 """
@@ -113,6 +116,11 @@ class ImageRecords:
         if self.stored_shape is not None:
             return (3, *self.stored_shape[:2])
         return None
+
+    @property
+    def deterministic(self) -> bool:
+        """True when reading a sample draws no random numbers (no random crop, no transform)."""
+        return self.crop != "random" and self.transform is None
 
     @property
     def cpu_bound(self) -> bool:

@@ -28,7 +28,7 @@ from pixfeed.diagnose.stall import batch_images, check_count
 from pixfeed.errors import OptionError
 from pixfeed.loaders.cpus import available_cpus
 from pixfeed.loaders.loader import PixfeedLoader, make_loader
-from pixfeed.loaders.seeding import preserved_rngs
+from pixfeed.seeds import preserved_rngs
 
 BUDGET_S = 15.0
 MIN_BATCHES = 2
