@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict
 from torch.utils.data import DataLoader
 
 from pixfeed.loaders.batch import BatchReader
-from pixfeed.loaders.seeding import preserved_rngs
+from pixfeed.seeds import preserved_rngs
 
 STAGES = ("read", "decode", "transform", "collate", "other")
 HOOKS = {"read_stored": "read", "check_checksum": "read", "pixels": "decode", "transform": "transform"}
@@ -67,9 +67,10 @@ def sample_stages(loader: Any, batches: int = 2) -> Dict[str, float]:
     {} unless ``loader`` is a DataLoader with a batch sampler."""
     if not isinstance(loader, DataLoader) or loader.batch_sampler is None or batches < 1:
         return {}
-    batched = isinstance(loader.dataset, BatchReader)
+    source = getattr(loader.dataset, "source", loader.dataset)  # under make_loader's per-sample seeding
+    batched = isinstance(source, BatchReader)
     seconds = dict.fromkeys(STAGES, 0.0)
-    probe = instrumented(loader.dataset.dataset if batched else loader.dataset, seconds)
+    probe = instrumented(source.dataset if batched else source, seconds)
     count = 0
     with preserved_rngs():
         for indices in islice(iter(loader.batch_sampler), batches):

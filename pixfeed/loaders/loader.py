@@ -3,9 +3,11 @@
 The rules live in ``plan.py`` (and ``shm.py`` for shared memory); the result
 is attached as ``loader.pixfeed_plan`` and prints as a table of choices and reasons.
 
-Order and epochs: map-style datasets always go through torch's
-``DistributedSampler`` (with one replica when not distributed), so the order
-of epoch ``e`` is a function of ``(seed, e)`` alone.  ``PixfeedLoader`` calls
+Order and epochs: map-style datasets always go through ``ResumableSampler``,
+torch's ``DistributedSampler`` order (with one replica when not distributed)
+startable part-way through an epoch, so the order of epoch ``e`` is a function
+of ``(seed, e)`` alone; their random augmentations are seeded per sample
+(``seeding.py``).  ``PixfeedLoader`` calls
 ``set_epoch`` on the sampler, and on the dataset when it has one, each time
 iteration starts, counting epochs itself; call ``loader.set_epoch(e)`` to
 resume at epoch ``e``.
@@ -25,7 +27,7 @@ import warnings
 from typing import Any, Dict, Iterator, Optional
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from pixfeed.cpus import available_cpus
 from pixfeed.errors import OptionError, require_int
@@ -34,31 +36,45 @@ from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
 from pixfeed.loaders.collate import collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
-from pixfeed.loaders.seeding import WorkerSeeder
+from pixfeed.loaders import resume
+from pixfeed.loaders.sampler import ResumableSampler
+from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
 from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
 from pixfeed.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
-    """A DataLoader that starts each epoch with ``set_epoch`` and may read ahead in a thread."""
+    """A DataLoader that starts each epoch with ``set_epoch``, may read ahead in a thread, and
+    saves and restores its place in an epoch (``state_dict``, ``load_state_dict``: ``resume.py``)."""
 
     def __init__(self, *args: Any, plan: LoaderPlan, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pixfeed_plan = plan
+        self.pixfeed_progress = resume.Progress()
+        self.pixfeed_resume_point: Optional[resume.Point] = None
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (to resume training)."""
         self.epoch = require_int("epoch", epoch, 0)
 
+    def state_dict(self) -> Dict[str, Any]:
+        """Where this rank is: a small JSON-serialisable dict for the training checkpoint."""
+        return resume.state_of(self)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from ``state`` (a ``state_dict()``, possibly saved with another world size)."""
+        resume.load(self, state)
+
     def __iter__(self) -> Iterator[Any]:
-        dataset = self.dataset.dataset if isinstance(self.dataset, BatchReader) else self.dataset
-        for target in (self.sampler, dataset):
+        for target in {id(t): t for t in (self.sampler, self.dataset, resume.user_dataset(self))}.values():
             if callable(getattr(target, "set_epoch", None)):
                 target.set_epoch(self.epoch)
+        point = resume.begin_epoch(self, self.epoch)
         self.epoch += 1
         batches = super().__iter__()
-        return ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+        batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+        return self.pixfeed_progress.track(batches, self.epoch - 1, point)
 
 
 def make_loader(
@@ -98,6 +114,8 @@ def make_loader(
     if plan.sharing_strategy == "file_system":
         fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
     source = BatchReader(dataset) if plan.path == "batch" else dataset
+    if not isinstance(dataset, IterableDataset) and draws_randomness(dataset):
+        source = SeededSamples(source, seed or 0)
     return PixfeedLoader(
         source,
         batch_size=batch_size,
@@ -158,7 +176,7 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
         _order_iterable(source, shuffle, seed)
         _split_iterable(source, plan.world)
         return {"collate_fn": collate_fn}
-    sampler = DistributedSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
+    sampler = ResumableSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
                                  shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
     return {"sampler": sampler, "collate_fn": collate_fn}
 
