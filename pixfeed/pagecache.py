@@ -1,10 +1,17 @@
-"""Page-cache control for cold reads: evict files, check that they left, time a read.
+"""Page-cache control: evict files, check that they left, time a read, read ahead, unmap.
 
 Eviction is ``fsync`` then ``posix_fadvise(POSIX_FADV_DONTNEED)`` on every
 file: no root needed, but the kernel may keep pages (tmpfs, some overlay and
 network filesystems, pages mapped by another process).  ``resident_fraction``
 asks the kernel (``mincore`` over a private mapping) how much of the files is
 still cached, so the benchmark can say when a "cold" read was not cold.
+
+Read-ahead: ``Extents`` says where each record of a dataset lies in its data
+file; ``will_need`` asks the kernel (``posix_fadvise(POSIX_FADV_WILLNEED)``) to
+start reading byte ranges into the cache without waiting for them, sorted by
+offset and merged where they touch.  ``unmap_pages`` drops this process's
+mapped pages of a file (``madvise(MADV_DONTNEED)``; they stay in the page
+cache), so reading through a library's memory map does not grow the RSS.
 """
 from __future__ import annotations
 
@@ -13,11 +20,64 @@ import ctypes.util
 import mmap
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, List, Optional
 
+import numpy as np
+
 CHUNK = 8 << 20
 _PAGE = mmap.PAGESIZE
+_MADV_DONTNEED = 4
+
+
+@dataclass
+class Extents:
+    """Record ``i`` of a dataset is ``lengths[i]`` bytes at ``starts[i]`` of ``path``; ``whole``
+    lists small files (labels, checksums) read for every record, best cached whole."""
+
+    path: Path
+    starts: np.ndarray
+    lengths: np.ndarray
+    whole: List[Path] = field(default_factory=list)
+
+
+def will_need(fd: int, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Start reading the byte ranges into the page cache (in file order, touching ranges merged)."""
+    if not len(starts):
+        return
+    order = np.argsort(starts, kind="stable")
+    begin, end = starts[order], starts[order] + lengths[order]
+    breaks = np.flatnonzero(begin[1:] > np.maximum.accumulate(end)[:-1]) + 1
+    for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(begin)]):
+        os.posix_fadvise(fd, int(begin[first]), int(end[first:last].max() - begin[first]), os.POSIX_FADV_WILLNEED)
+
+
+def _mappings(path: Path) -> List[tuple]:
+    """(start, end) addresses of this process's mappings of ``path``."""
+    target, found = str(Path(path).resolve()), []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].rstrip("\n") == target:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                found.append((lo, hi))
+    return found
+
+
+def mapping_base(path: Path) -> int:
+    """The lowest address this process maps ``path`` at (a library's whole-file map starts there)."""
+    found = _mappings(path)
+    if not found:
+        raise OSError(f"{path} is not memory-mapped in this process")
+    return min(lo for lo, _ in found)
+
+
+def unmap_pages(path: Path) -> None:
+    """Drop this process's mapped pages of ``path`` (a read-only mapping faults them back from the cache)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for lo, hi in _mappings(path):
+        libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_DONTNEED)
 
 
 def evict(files: Iterable[Path]) -> None:

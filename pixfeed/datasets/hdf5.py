@@ -1,9 +1,12 @@
 """Reader of the HDF5 format (layout: pixfeed.layouts.hdf5)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from ..layouts import hdf5 as layout
+from ..pagecache import Extents
 from .base import MapImageDataset
 
 
@@ -17,6 +20,12 @@ class H5ImageDataset(MapImageDataset):
     since h5py's fancy selection is ~40x slower than that on chunked data.
     Rows of uncompressed pixels (one image per chunk, no filters) are read as
     raw chunks straight into the batch, about twice as fast as ``images[i]``.
+
+    Read-ahead (``record_extents``): a pixels record is its chunk (HDF5's chunk
+    index gives its file offset and size); an encoded record lives in HDF5's
+    global heap, and its unfiltered reference (length, heap collection address,
+    object index) gives the collection's address: the extent is that collection,
+    sized to hold the records that share it.
     """
     format = "hdf5"
 
@@ -54,3 +63,34 @@ class H5ImageDataset(MapImageDataset):
             for j, i in enumerate(indices):
                 out[j] = data[i]
         return out
+
+    def record_extents(self) -> Optional[Extents]:
+        """Where each record's stored bytes lie in ``data.h5``; None when the layout hides it."""
+        import h5py
+
+        with h5py.File(self.path / layout.DATA, "r") as f:
+            data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
+            if data.chunks is None or data.id.get_create_plist().get_nfilters():
+                return None
+            chunks = []
+            data.id.chunk_iter(lambda c: chunks.append((c.chunk_offset[0], c.byte_offset, c.size)))
+            chunks.sort()
+            if self.store == "pixels":
+                return Extents(self.path / layout.DATA, np.array([c[1] for c in chunks], np.int64),
+                               np.array([c[2] for c in chunks], np.int64))
+            refs = b"".join(data.id.read_direct_chunk((first,))[1] for first, _, _ in chunks)
+        return _heap_extents(self.path / layout.DATA, refs, len(self))
+
+
+_VLEN_REF = np.dtype([("length", "<u4"), ("collection", "<u8"), ("index", "<u4")])
+
+
+def _heap_extents(path, refs: bytes, n: int) -> Extents:
+    """Extents of vlen records: each record's heap collection, sized for all the objects it holds
+    (16-byte collection header, then a 16-byte header and the data padded to 8 bytes per object)."""
+    ref = np.frombuffer(refs, _VLEN_REF, count=n)
+    starts = ref["collection"].astype(np.int64)
+    objects = 16 + (ref["length"].astype(np.int64) + 7) // 8 * 8
+    collections, which = np.unique(starts, return_inverse=True)
+    sizes = 16 + np.bincount(which, weights=objects).astype(np.int64)
+    return Extents(path, starts, sizes[which])

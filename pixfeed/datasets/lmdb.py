@@ -4,6 +4,14 @@ py-lmdb refuses to open one file twice in a process, and counts environments
 inherited through fork.  So environments are shared per process by file
 identity (two datasets on one path, or a pickled copy, use one), and a forked
 child closes the ones it inherited before opening its own.
+
+LMDB reads through a memory map of the whole file, so every page a process
+touches would count in its RSS: after each ``UNMAP_EVERY`` bytes read, the
+reader drops its mapped pages (``pagecache.unmap_pages``; they stay in the page
+cache, and the next touch maps them back without a disk read).  Read-ahead
+(``record_extents``): a record's value is contiguous in the file (overflow pages
+for values larger than a page), at the address LMDB hands out minus the
+address the file is mapped at.
 """
 from __future__ import annotations
 
@@ -15,11 +23,14 @@ import numpy as np
 
 from ..errors import CorruptDataError
 from ..layouts.lmdb import DATA, record_key
+from ..pagecache import Extents, mapping_base, unmap_pages
 from ..record import Header, parse
 from .base import MapImageDataset
 
 _ENVS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (st_dev, st_ino) -> lmdb.Environment
 _LOCK = threading.Lock()
+UNMAP_EVERY = 16 << 20
+UNMAP_EVERY = 16 << 20
 
 
 def environment(path: str):
@@ -54,6 +65,7 @@ class LmdbImageDataset(MapImageDataset):
     each process; a batch of indices is read in one transaction.
     """
     format = "lmdb"
+    _mapped = 0  # bytes read through the map since its pages were last dropped
 
     def _open(self):
         return environment(str(self.path / DATA))
@@ -72,7 +84,28 @@ class LmdbImageDataset(MapImageDataset):
                 else:
                     stored.append(bytes(data))
                 labels[j], checksums[j] = header.label, header.checksum
+        self._unmap_behind(stored.nbytes if shape else sum(map(len, stored)))
         return stored, labels, checksums
+
+    def _unmap_behind(self, nbytes: int) -> None:
+        """Drop the mapped pages once ``UNMAP_EVERY`` bytes were read since the last time."""
+        self._mapped += nbytes
+        if self._mapped > UNMAP_EVERY:
+            unmap_pages(self.path / DATA)
+            self._mapped = 0
+
+    def record_extents(self) -> Extents:
+        """Where each record's value lies in ``data.mdb``."""
+        path = self.path / DATA
+        starts, lengths = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
+        with environment(str(path)).begin(buffers=True) as txn:
+            base = mapping_base(path)
+            for i in range(len(self)):
+                value = txn.get(record_key(i))
+                if value is None:
+                    raise CorruptDataError(f"{self.where(i)}: key {record_key(i).decode()} missing from {path}")
+                starts[i], lengths[i] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
+        return Extents(path, starts, lengths)
 
     def _parse(self, txn, i: int):
         """Header and stored bytes of record ``i``; CorruptDataError names the index and both keys."""

@@ -1,5 +1,8 @@
 """``pixfeed doctor``: what this machine gives a data loader, with a recommendation per line.
 
+Given a dataset ``PATH``, it also reads its storage and says whether epochs
+will be served from the page cache or the disk (``storage.check_cache``).
+
 ``diagnose`` runs every check and returns a list of ``Finding``; ``render``
 prints them as a table.  Paths are arguments so tests can use fake cgroup
 files and a fake shared-memory directory.  The shared-memory need assumes the
@@ -14,7 +17,8 @@ from typing import List, Optional
 from pixfeed.diagnose import devices, storage, system
 from pixfeed.texttable import table
 from pixfeed.diagnose.finding import Finding
-from pixfeed.cpus import available_cpus
+from pixfeed.cpus import CGROUP_ROOT, available_cpus
+from pixfeed.memory import page_cache_room
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
 
@@ -35,6 +39,8 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
         devices.check_torch(),
         devices.check_bandwidth(batch_bytes),
         storage.check_storage(Path(path), read_limit) if path is not None else None,
+        storage.check_cache(Path(path), page_cache_room(root=cgroup_root or CGROUP_ROOT, info=meminfo))
+        if path is not None else None,
     ]
     return [f for f in findings if f is not None]
 

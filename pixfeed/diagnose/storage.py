@@ -10,6 +10,11 @@ are read in order twice with ``pixfeed.pagecache.read_rate``:
   report says so when the cold read was not cold.
 * warm: the same bytes from the page cache (what later epochs see when the
   dataset fits in memory).
+
+``check_cache`` compares all the files' bytes with the page cache this process
+may keep (``pixfeed.memory.page_cache_room``), by ``make_loader``'s own rule
+(``loaders/cacheplan.py``): epochs after the first are served from the page
+cache, or every epoch from the disk.
 """
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from pixfeed.pagecache import read_rate
-from pixfeed.diagnose.finding import OK, WARN, Finding, size
+from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
+from pixfeed.loaders.cacheplan import choose_storage
 from pixfeed.errors import PixfeedError
 from pixfeed.manifest import read_manifest
 
@@ -75,3 +81,18 @@ def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Opt
     if resident is not None and resident > STILL_CACHED:
         notes.append(f"the cold read was not cold: {resident:.0%} of the pages stayed cached (tmpfs, overlay?)")
     return "; ".join(notes) or "fast enough for sequential reads", WARN if slow else OK
+
+
+def check_cache(path: Path, room: Optional[int]) -> Finding:
+    nbytes = sum(p.stat().st_size for p in data_files(path)[0])
+    where, reason = choose_storage(nbytes, room)
+    data = {"bytes": nbytes, "page_cache_room": room, "served_from": where}
+    value = f"{path}: {size(nbytes)}, page cache room {'?' if room is None else size(room)}: {where}"
+    if where == "disk":
+        return Finding("dataset vs memory", value, "read from the disk every epoch: make_loader reads ahead in the "
+                       "sampler's order (io_ahead); make_loader(order='quasi_random') reads at about the disk's "
+                       "sequential rate; or add memory, or pack smaller (--store encoded --max-side 384)", WARN, data)
+    if where == "page cache":
+        return Finding("dataset vs memory", value, "epochs after the first are served from the page cache (the "
+                       "first is read ahead from the disk in the sampler's order)", OK, data)
+    return Finding("dataset vs memory", value, reason, INFO, data)

@@ -16,16 +16,14 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 from pixfeed import cpus
-from pixfeed.cpus import CGROUP_ROOT, read_setting
+from pixfeed.memory import MEMINFO, cgroup_memory, meminfo
 from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR, SHM_FRACTION
 
-MEMINFO = Path("/proc/meminfo")
-NO_LIMIT = 2**60  # cgroup v1 says "unlimited" with PAGE_COUNTER_MAX, about 2**63
 LOW_MEMORY = 2 * 2**30
 
 
@@ -38,31 +36,6 @@ def check_cpus(root: Optional[Path] = None) -> Finding:
         return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: num_workers <= "
                        f"{default_workers(usable)} (make_loader does this)", WARN, data)
     return Finding("cpus", value, f"num_workers up to {default_workers(usable)} (make_loader's rule)", OK, data)
-
-
-def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:
-    for text in (read_setting(root / v2), read_setting(root / "memory" / v1), read_setting(root / v1)):
-        if text is not None:
-            return int(text) if text.isdigit() and int(text) < NO_LIMIT else None
-    return None
-
-
-def cgroup_memory(root: Optional[Path] = None) -> Dict[str, Optional[int]]:
-    """{"limit", "usage"} in bytes from the cgroup files; None where absent or unlimited."""
-    root = CGROUP_ROOT if root is None else root
-    return {"limit": _cgroup_bytes(root, "memory.max", "memory.limit_in_bytes"),
-            "usage": _cgroup_bytes(root, "memory.current", "memory.usage_in_bytes")}
-
-
-def meminfo(path: Path = MEMINFO) -> Dict[str, int]:
-    """/proc/meminfo fields in bytes."""
-    fields = {}
-    for line in (read_setting(path) or "").splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            fields[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    return fields
 
 
 def check_memory(root: Optional[Path] = None, meminfo_path: Path = MEMINFO) -> Finding:

@@ -30,12 +30,14 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from pixfeed.cpus import available_cpus
+from pixfeed.pagecache import Extents
 from pixfeed.errors import OptionError, require_int
-from pixfeed.loaders import plan as rules
+from pixfeed.loaders import cacheplan, plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
 from pixfeed.loaders.collate import collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
+from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders import resume
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
@@ -90,27 +92,34 @@ def make_loader(
     read_ahead: Auto = "auto",
     seed: Optional[int] = None,
     distributed: Distributed = "auto",
+    order: str = "random",
+    io_ahead: Auto = "auto",
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
     ``shuffle`` and ``seed`` (default True and 0) order a map-style dataset through the sampler.
     An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
     (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
-    any other iterable dataset refuses them.
+    any other iterable dataset refuses them.  ``order="quasi_random"`` shuffles chunks of
+    consecutive records instead, for datasets larger than memory; ``io_ahead`` is the bytes of
+    records requested from storage ahead of the reader (``cacheplan.py``).
 
     ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
     if num_workers == "tune":
         from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                            read_ahead=read_ahead, seed=seed, distributed=distributed)
+                            read_ahead=read_ahead, seed=seed, distributed=distributed, order=order,
+                            io_ahead=io_ahead)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
     _check_batchable(dataset, batch_size)
     world = World.detect(distributed)
+    extents = None if isinstance(dataset, IterableDataset) else cacheplan.record_extents(dataset, io_ahead)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
+    cacheplan.plan_memory(plan, dataset, extents, io_ahead, order, shuffle)
     if plan.sharing_strategy == "file_system":
         fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
     source = BatchReader(dataset) if plan.path == "batch" else dataset
@@ -121,7 +130,7 @@ def make_loader(
         batch_size=batch_size,
         drop_last=drop_last,
         plan=plan,
-        **_ordering(source, plan, shuffle, drop_last, seed),
+        **_ordering(source, plan, shuffle, drop_last, seed, extents),
         **_workers(plan, seed),
     )
 
@@ -170,7 +179,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
 
 
 def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool,
-              seed: Optional[int]) -> Dict[str, Any]:
+              seed: Optional[int], extents: Optional[Extents]) -> Dict[str, Any]:
     collate_fn = pass_through if plan.path == "batch" else collate
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
@@ -178,6 +187,8 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
         return {"collate_fn": collate_fn}
     sampler = ResumableSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
                                  shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
+    sampler.quasi = plan.quasi
+    sampler.hints = Hinter(extents, plan.io_ahead) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}
 
 

@@ -28,6 +28,9 @@
 * ``prefetch_factor``: batches each worker keeps ready,
   ``PREFETCH_BUDGET // (batch bytes x workers)`` clamped to 1..4 (2 when the
   batch size in bytes is unknown), then lowered to fit shared memory (``shm.py``).
+* ``storage``, ``io_ahead``, ``order``: the dataset against the memory this
+  process may use, read-ahead in the sampler's order, and the quasi-random
+  order for datasets larger than memory (``cacheplan.py``).
 """
 from __future__ import annotations
 
@@ -64,11 +67,15 @@ class LoaderPlan:
     world: World
     cpus: int
     batch_bytes: Optional[int]
+    storage: str = "unknown"
+    io_ahead: int = 0
+    order: str = "random"
+    quasi: Optional[Tuple[int, int]] = None
     reasons: Dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         names = ("path", "num_workers", "read_ahead", "pin_memory", "persistent_workers",
-                 "prefetch_factor", "sharing_strategy")
+                 "prefetch_factor", "sharing_strategy", "storage", "io_ahead", "order")
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]
         head = f"pixfeed loader plan (rank {self.world.rank} of {self.world.size}, {self.cpus} usable CPUs):"
         return "\n".join([head, *rows])

@@ -6,6 +6,8 @@ The state is a small JSON-serialisable dict (no pickle)::
     dataset               xxh3_64 of the dataset's manifest (of its type and length for other datasets)
     layout_version        the dataset's pixfeed layout version (null for other datasets)
     seed, shuffle, drop_last   as the loader was made; a state is refused by a loader made otherwise
+    order                 "random", or [chunk, window] of order="quasi_random" (sizes that depend on the
+                          machine's memory: a loader made with order="quasi_random" adopts the saved ones)
     epoch                 the epoch to read next (resumed part-way when consumed > 0)
     world_size, rank      of the rank that saved it
     start                 map-style: stream positions all ranks had consumed before this
@@ -74,6 +76,7 @@ def state_of(loader: Any) -> dict:
     ordering = dataset if iterable else loader.sampler
     state = {"pixfeed_loader_state": STATE_VERSION, **_identity(dataset), "seed": ordering.seed,
              "shuffle": ordering.shuffle, "drop_last": loader.drop_last,
+             "order": list(getattr(ordering, "quasi", None) or []) or "random",
              "epoch": progress.epoch if reading else loader.epoch,
              "world_size": loader.pixfeed_plan.world.size, "rank": loader.pixfeed_plan.world.rank}
     point = progress.point if reading else loader.pixfeed_resume_point or {}
@@ -95,6 +98,7 @@ def load(loader: Any, state: Any) -> None:
     else:
         point = {"start": state["start"] + state["consumed"] * state["world_size"]}
         loader.sampler.start = point["start"]
+        loader.sampler.quasi = tuple(state["order"]) if state["order"] != "random" else None
     loader.pixfeed_resume_point = point
     loader.pixfeed_progress = Progress()
     loader._iterator = None  # persistent workers hold the old epoch's copy of the dataset: start new ones
@@ -150,6 +154,11 @@ def _check(loader: Any, dataset: Any, state: Any, iterable: bool) -> None:
     if state.get("layout_version") != mine["layout_version"]:
         raise OptionError(f"load_state_dict: the state was saved for pixfeed layout version "
                           f"{state.get('layout_version')}, this dataset is version {mine['layout_version']}")
+    if (state.get("order") == "random") != (mine["order"] == "random"):
+        kind = lambda order: "random" if order == "random" else "quasi_random"  # noqa: E731
+        raise OptionError(f"load_state_dict: the state was saved with order={kind(state.get('order'))!r}, this "
+                          f"loader has order={kind(mine['order'])!r}; make the loader with "
+                          f"order={kind(state.get('order'))!r}")
     for name in ("seed", "shuffle", "drop_last") + (("world_size", "workers") if iterable else ()):
         if state.get(name) != mine[name]:
             raise OptionError(f"load_state_dict: the state was saved with {name}={state.get(name)!r}, this "

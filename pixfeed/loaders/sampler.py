@@ -9,6 +9,11 @@ repeated cyclically for padding, ``stream[p] = order[p % n]``.  Rank ``r`` of
 repeat) or just below it (``drop_last=True``: up to ``W - 1`` left out).
 With ``start = 0`` this is exactly ``DistributedSampler``.
 
+``quasi = (chunk, window)`` replaces the full shuffle with ``order.quasi_random``
+(drawn from the same generator), for datasets larger than memory.  ``hints``
+(a ``readahead.Hinter``) asks storage for the records of the next batches
+while the indices are handed out.
+
 ``start`` is the number of stream positions all ranks together consumed before
 a resume.  Ranks read in lock step, so when every rank has consumed ``k``
 samples the consumed positions are exactly ``0 .. start + k * W - 1``,
@@ -19,10 +24,13 @@ remaining positions of every rank are exactly those it would have read.
 """
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DistributedSampler
+
+from pixfeed.loaders.order import quasi_random
+from pixfeed.loaders.readahead import Hinter
 
 
 class ResumableSampler(DistributedSampler):
@@ -31,6 +39,8 @@ class ResumableSampler(DistributedSampler):
     def __init__(self, dataset, **options) -> None:
         super().__init__(dataset, **options)
         self.start = 0
+        self.quasi: Optional[Tuple[int, int]] = None
+        self.hints: Optional[Hinter] = None
 
     def order(self) -> List[int]:
         """The epoch's order of all ``n`` indices, the same on every rank."""
@@ -39,6 +49,8 @@ class ResumableSampler(DistributedSampler):
             return list(range(n))
         generator = torch.Generator()
         generator.manual_seed(self.seed + self.epoch)
+        if self.quasi is not None:
+            return quasi_random(n, *self.quasi, generator)
         return torch.randperm(n, generator=generator).tolist()
 
     @property
@@ -53,4 +65,5 @@ class ResumableSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         order = self.order()
-        return iter([order[p % len(order)] for p in range(self.start + self.rank, self.end, self.num_replicas)])
+        indices = [order[p % len(order)] for p in range(self.start + self.rank, self.end, self.num_replicas)]
+        return self.hints.follow(indices) if self.hints is not None else iter(indices)

@@ -1,0 +1,178 @@
+"""Datasets larger than memory: cold and over-budget epochs against the disk's cold sequential rate.
+
+    python benchmarks/bench_bigdata.py                      # ~3 GB of 256x256 pixels, ~4 minutes
+    python benchmarks/bench_bigdata.py --records 5000 --encoded 2000 --work /tmp/bd
+
+Needs root and a cgroup v1 memory controller (``/sys/fs/cgroup/memory``) for
+the over-budget rows.  Everything is measured in one run, as ratios:
+
+* ``sequential``: ``pagecache.read_rate`` of ``images.npy`` after evicting it
+  (``fsync`` + ``posix_fadvise(DONTNEED)``): the limit for the rows below.
+* cold first epoch, shuffled, through ``make_loader`` (in process, checksums
+  on), with read-ahead (``io_ahead`` default) and without (``io_ahead=0``).
+* a child process in a cgroup limited to half the dataset: two epochs shuffled
+  and two quasi-random (``order="quasi_random"``), each against the sequential
+  rate; its peak cgroup usage and RSS growth.
+* encoded records (mmap, decoded in workers at 224): cold first epoch with and
+  without read-ahead against a warm epoch.
+* warm stored pixels, checksums on and off, against one thread's memory copy.
+* shuffle quality: mean distinct classes per batch, quasi-random vs full shuffle.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from pixfeed import _memlimit
+from pixfeed.bench.ceilings import memcopy
+from pixfeed.datasets import open_dataset
+from pixfeed.loaders import make_loader
+from pixfeed.packers import pack
+from pixfeed.pagecache import evict, read_rate
+
+CLASSES = 100
+DISTINCT = 200  # distinct source images; the rest are hard links to them
+
+
+def source(root: Path, count: int) -> Path:
+    """``count`` 256x256 JPEGs in ``CLASSES`` class folders, class by class (as ImageFolder sorts)."""
+    rng = np.random.default_rng(0)
+    originals = root / "originals"
+    originals.mkdir(parents=True, exist_ok=True)
+    for k in range(DISTINCT):
+        smooth = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+        img = Image.fromarray(smooth).resize((256, 256), Image.BILINEAR)
+        noisy = np.clip(np.asarray(img) + rng.normal(0, 12, (256, 256, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(noisy).save(originals / f"{k}.jpg", quality=90)
+    for i in range(count):
+        folder = root / "src" / f"c{i * CLASSES // count:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        os.link(originals / f"{i % DISTINCT}.jpg", folder / f"{i:06d}.jpg")
+    return root / "src"
+
+
+def epoch(loader) -> dict:
+    start, images, nbytes = time.perf_counter(), 0, 0
+    for batch, labels in loader:
+        images += len(labels)
+        nbytes += batch.numel()
+    seconds = time.perf_counter() - start
+    return {"images_per_s": images / seconds, "bytes_per_s": nbytes / seconds, "images": images}
+
+
+def files_of(path: Path) -> list:
+    return [p for p in Path(path).iterdir() if p.suffix in (".npy", ".bin")]
+
+
+def cold_epoch(path: Path, **options) -> dict:
+    evict(files_of(path))
+    return epoch(make_loader(open_dataset(path), 256, num_workers=0, seed=1, **options))
+
+
+def child(group: str, path: str) -> None:
+    """In the cgroup: two epochs shuffled, two quasi-random; RSS and the cgroup's peak."""
+    _memlimit.join(Path(group))
+    rss = lambda: int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")))  # noqa: E731,E501
+    before, out = rss(), {}
+    evict(files_of(Path(path)))
+    for order in ("random", "quasi_random"):
+        loader = make_loader(open_dataset(path), 256, num_workers=0, seed=1, order=order)
+        out[order] = [epoch(loader)["bytes_per_s"] for _ in range(2)]
+        out[f"{order}_plan"] = str(loader.pixfeed_plan).splitlines()[-3:]
+    out["rss_growth_kib"] = rss() - before
+    out["cgroup"] = _memlimit.usage(Path(group))
+    print(json.dumps(out))
+
+
+def over_budget(path: Path, limit: int) -> dict:
+    with _memlimit.memory_cgroup(limit) as group:
+        done = subprocess.run([sys.executable, __file__, "--child", str(group), str(path)], capture_output=True,
+                              text=True, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def distinct_classes(dataset, batch: int, **options) -> float:
+    loader = make_loader(dataset, batch, num_workers=0, seed=1, **options)
+    labels = np.asarray(dataset.handle["labels"])[list(loader.sampler)]
+    return float(np.mean([len(set(labels[k:k + batch])) for k in range(0, len(labels) - batch + 1, batch)]))
+
+
+def encoded_rows(path: Path) -> dict:
+    dataset = open_dataset(path, size=224)
+    run = lambda **o: epoch(make_loader(dataset, 128, num_workers=2, seed=1, **o))["images_per_s"]  # noqa: E731
+    evict(files_of(path))
+    without = run(io_ahead=0)
+    evict(files_of(path))
+    cold = run()
+    warm = run()
+    return {"cold": cold, "cold_no_read_ahead": without, "warm": warm}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=15_000)
+    parser.add_argument("--encoded", type=int, default=4_000)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/pixfeed-bigdata"))
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(*args.child)
+    pixels, encoded = args.work / f"pixels-{args.records}", args.work / f"encoded-{args.encoded}"
+    if not pixels.exists():
+        pack(source(args.work / f"src-{args.records}", args.records), pixels, "mmap", store="pixels", size=256)
+    if not encoded.exists():
+        pack(source(args.work / f"src-e{args.encoded}", args.encoded), encoded, "mmap", store="encoded")
+    data = pixels / "images.npy"
+    size = data.stat().st_size
+    seq = read_rate([data], cold=True)["bytes_per_s"]
+    rows = {"sequential": seq}
+    rows["cold_shuffled"] = cold_epoch(pixels)["bytes_per_s"]
+    rows["cold_shuffled_no_read_ahead"] = cold_epoch(pixels, io_ahead=0)["bytes_per_s"]
+    rows["over_budget"] = over_budget(pixels, size // 2) if _memlimit.cgroup_parent() else None
+    rows["encoded"] = encoded_rows(encoded)
+    warm_loader = lambda **o: make_loader(open_dataset(pixels, **o), 256, num_workers=0, seed=1)  # noqa: E731
+    epoch(warm_loader())
+    rows["warm_checksums"] = epoch(warm_loader())["bytes_per_s"]
+    rows["warm_no_checksums"] = epoch(warm_loader(checksums=False))["bytes_per_s"]
+    rows["memcopy"] = memcopy()["bytes_per_s"]
+    dataset = open_dataset(pixels)
+    rows["classes_per_batch"] = {"random": distinct_classes(dataset, 256),
+                                 "quasi_random": distinct_classes(dataset, 256, order="quasi_random")}
+    report(rows, size, args.records)
+
+
+def report(rows: dict, size: int, records: int) -> None:
+    seq = rows["sequential"]
+    gb = lambda r: f"{r / 1e9:.2f} GB/s"  # noqa: E731
+    print(f"{records} records of 256x256x3, {size / 2**30:.2f} GiB; cold sequential read {gb(seq)}")
+    print(f"cold first epoch, shuffled:        {gb(rows['cold_shuffled'])} = {rows['cold_shuffled'] / seq:.0%} "
+          f"of sequential (without read-ahead {rows['cold_shuffled_no_read_ahead'] / seq:.0%})")
+    over = rows["over_budget"]
+    if over:
+        for order in ("random", "quasi_random"):
+            print(f"2x the cgroup limit, {order:<12}   epochs " +
+                  ", ".join(f"{r / seq:.0%}" for r in over[order]) + " of sequential")
+        print(f"  cgroup peak {over['cgroup']['max_usage'] / 2**20:.0f} MiB of {over['cgroup']['limit'] / 2**20:.0f}"
+              f" MiB limit, hit {over['cgroup']['failcnt']} times; RSS growth {over['rss_growth_kib'] / 1024:.0f} MiB")
+    enc = rows["encoded"]
+    print(f"encoded, cold first epoch:         {enc['cold']:.0f} images/s = {enc['cold'] / enc['warm']:.0%} of warm "
+          f"({enc['warm']:.0f}); without read-ahead {enc['cold_no_read_ahead'] / enc['warm']:.0%}")
+    mc = rows["memcopy"]
+    print(f"warm stored pixels, checksums on:  {gb(rows['warm_checksums'])} = {rows['warm_checksums'] / mc:.0%} of "
+          f"memory copy ({gb(mc)}); checksums off {rows['warm_no_checksums'] / mc:.0%}")
+    q = rows["classes_per_batch"]
+    print(f"distinct classes per batch of 256 ({CLASSES} classes): full shuffle {q['random']:.1f}, "
+          f"quasi-random {q['quasi_random']:.1f}")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

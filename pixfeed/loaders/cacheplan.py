@@ -1,0 +1,93 @@
+"""Datasets against memory: where epochs are served from, read-ahead and order (``make_loader``'s plan).
+
+* ``storage``: ``"page cache"`` when the dataset's bytes (its manifest's files)
+  fit in ``CACHE_FRACTION`` of the page cache this process may keep
+  (``pixfeed.memory.page_cache_room``: ``MemAvailable``, or a cgroup's limit
+  minus its non-cache usage when smaller); ``"disk"`` otherwise: every epoch
+  reads from storage, and ``order="quasi_random"`` reads it faster.
+* ``io_ahead``: bytes of records requested from storage ahead of the reader
+  (``readahead.Hinter``), default ``min(MAX_IO_AHEAD, room // 8)``; 0 (off) for
+  datasets without record byte ranges.  The first epoch of a dataset that fits
+  is cold too, so it is on in both cases; on cached pages a request is a lookup.
+* ``order``: ``"random"`` (the full shuffle, default) or ``"quasi_random"``
+  (``order.py``), whose chunk and window sizes come from ``io_ahead``.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pixfeed.errors import OptionError, require_int
+from pixfeed.loaders.order import ORDERS, quasi_sizes
+from pixfeed.memory import page_cache_room
+from pixfeed.pagecache import Extents
+
+CACHE_FRACTION = 0.8  # of the page-cache room a dataset may fill and still count as cached
+MAX_IO_AHEAD = 256 << 20
+MIN_IO_AHEAD = 1 << 20
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def dataset_bytes(dataset: Any) -> Optional[int]:
+    """Bytes of a pixfeed dataset's files (from its manifest), else None."""
+    manifest = getattr(dataset, "manifest", None)
+    if not isinstance(manifest, dict) or not manifest.get("files"):
+        return None
+    return sum(meta["bytes"] for meta in manifest["files"].values())
+
+
+def record_extents(dataset: Any, io_ahead: Any) -> Optional[Extents]:
+    """The dataset's record byte ranges when read-ahead may use them (not asked for with io_ahead=0)."""
+    if io_ahead in (0, False) or not callable(getattr(dataset, "record_extents", None)):
+        return None
+    return dataset.record_extents()
+
+
+def choose_storage(nbytes: Optional[int], room: Optional[int]) -> tuple:
+    if nbytes is None or room is None:
+        return "unknown", "dataset size or free memory unknown"
+    if nbytes <= room * CACHE_FRACTION:
+        return "page cache", f"dataset {mib(nbytes)} fits in {mib(room)} of page cache this process may keep"
+    return "disk", (f"dataset {mib(nbytes)} > {CACHE_FRACTION:.0%} of {mib(room)} this process may cache: every "
+                    f"epoch reads from storage; order='quasi_random' reads it faster")
+
+
+def choose_io_ahead(requested: Any, extents: Optional[Extents], room: Optional[int]) -> tuple:
+    if requested != "auto":
+        budget = 0 if requested is False else require_int("io_ahead", requested, 0, auto=True)
+        if budget and extents is None:
+            raise OptionError(f"io_ahead={requested!r}: this dataset gives no record byte ranges "
+                              "(record_extents), so there is nothing to read ahead; leave io_ahead out")
+        return budget, "set by caller"
+    if extents is None:
+        return 0, "the dataset gives no record byte ranges (record_extents)"
+    budget = MAX_IO_AHEAD if room is None else max(MIN_IO_AHEAD, min(MAX_IO_AHEAD, room // 8))
+    return budget, f"records of the next {mib(budget)} of the order requested from storage (min of " \
+                   f"{mib(MAX_IO_AHEAD)} and 1/8 of the page cache room)"
+
+
+def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Optional[Extents]) -> tuple:
+    """(order, (chunk, window) or None, reason)."""
+    if order not in ORDERS:
+        raise OptionError(f"order={order!r}: expected one of {', '.join(map(repr, ORDERS))}")
+    if order == "random":
+        return order, None, "full shuffle" if shuffle is not False else "shuffle=False: record order"
+    if shuffle is False:
+        raise OptionError("order='quasi_random' shuffles; it cannot be combined with shuffle=False")
+    if not budget or extents is None:
+        raise OptionError("order='quasi_random' needs a pixfeed map-style dataset with record byte ranges and "
+                          "io_ahead > 0 (its chunks are sized from the read-ahead budget)")
+    chunk, window = quasi_sizes(budget, float(extents.lengths.mean()) if len(extents.lengths) else 1.0)
+    return order, (chunk, window), f"shuffled chunks of {chunk} consecutive records, shuffled within " \
+                                   f"windows of {window} records"
+
+
+def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: Any, order: str,
+                shuffle: Optional[bool]) -> None:
+    """Fill the plan's ``storage``, ``io_ahead``, ``order`` and ``quasi`` with their reasons."""
+    room = page_cache_room()
+    plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
+    plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
+    plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
