@@ -21,16 +21,25 @@ import torch
 from torch.utils.data import get_worker_info
 
 
+def seed_rngs(seed: int, epoch: int, index: int) -> None:
+    """Seed Python's, NumPy's global and torch's CPU RNG from ``(seed, epoch, index)``."""
+    py_seed, np_seed, torch_seed = np.random.SeedSequence([seed, epoch, index]).generate_state(3, np.uint64)
+    random.seed(int(py_seed))
+    np.random.seed(int(np_seed) % 2**32)
+    torch.default_generator.manual_seed(int(torch_seed) % 2**63)  # torch.manual_seed also seeds devices: 100x slower
+
+
 @contextmanager
 def sample_rngs(seed: int, epoch: int, index: int) -> Iterator[None]:
     """Seed the global RNGs from ``(seed, epoch, index)`` for one sample's reading."""
-    keep = get_worker_info() is None
-    with preserved_rngs() if keep else nullcontext():
-        py_seed, np_seed, torch_seed = np.random.SeedSequence([seed, epoch, index]).generate_state(3, np.uint64)
-        random.seed(int(py_seed))
-        np.random.seed(int(np_seed) % 2**32)
-        torch.manual_seed(int(torch_seed) % 2**63)
+    with kept_in_main():
+        seed_rngs(seed, epoch, index)
         yield
+
+
+def kept_in_main():
+    """``preserved_rngs()`` in the training process, nothing in a DataLoader worker (whose RNGs are its own)."""
+    return preserved_rngs() if get_worker_info() is None else nullcontext()
 
 
 @contextmanager

@@ -22,10 +22,12 @@ Batch = Tuple[torch.Tensor, torch.Tensor]
 
 @pytest.fixture(scope="module")
 def packs(tmp_path_factory):
-    """A random-crop mmap dataset and a WebDataset of uneven shards (5 of 3 samples, then 2... 17 in all)."""
+    """18 images as stored pixels (mmap), encoded (LMDB, HDF5) and WebDataset shards of 4 (the last of 2)."""
     root = tmp_path_factory.mktemp("resume")
     src = make_tree(root / "src", per_class=6)  # 18 images
     pack(src, root / "mmap", "mmap", store="pixels", size=24, workers=1)
+    pack(src, root / "lmdb", "lmdb", store="encoded", workers=1)
+    pack(src, root / "hdf5", "hdf5", store="encoded", workers=1)
     pack(src, root / "wds", "wds", store="encoded", shard_size=4, workers=1)
     return root
 
@@ -67,9 +69,9 @@ def resumed_run(make, stop: int, epochs: int = 2) -> List[Batch]:
     return head + [batch for _ in range(epochs) for batch in batches(second)]
 
 
-@pytest.mark.parametrize("stop", [3, 5])
-def test_map_style_resume_is_exact_with_other_workers_and_prefetch(packs, stop):
-    dataset = crops(packs / "mmap")
+@pytest.mark.parametrize("fmt,stop", [("mmap", 3), ("lmdb", 5), ("hdf5", 2)])
+def test_map_style_resume_is_exact_with_other_workers_and_prefetch(packs, fmt, stop):
+    dataset = crops(packs / fmt)
     options = [dict(num_workers=2, prefetch_factor=3), dict(num_workers=1, prefetch_factor=1)]
     make = lambda k: make_loader(dataset, BATCH, seed=SEED, **options[k])  # noqa: E731
     reference = make_loader(dataset, BATCH, seed=SEED, num_workers=0)

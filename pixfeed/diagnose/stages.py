@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict
 from torch.utils.data import DataLoader
 
 from pixfeed.loaders.batch import BatchReader
+from pixfeed.loaders.seeding import SeededSamples
 from pixfeed.seeds import preserved_rngs
 
 STAGES = ("read", "decode", "transform", "collate", "other")
@@ -67,7 +68,7 @@ def sample_stages(loader: Any, batches: int = 2) -> Dict[str, float]:
     {} unless ``loader`` is a DataLoader with a batch sampler."""
     if not isinstance(loader, DataLoader) or loader.batch_sampler is None or batches < 1:
         return {}
-    source = getattr(loader.dataset, "source", loader.dataset)  # under make_loader's per-sample seeding
+    source = loader.dataset.source if isinstance(loader.dataset, SeededSamples) else loader.dataset
     batched = isinstance(source, BatchReader)
     seconds = dict.fromkeys(STAGES, 0.0)
     probe = instrumented(source.dataset if batched else source, seconds)

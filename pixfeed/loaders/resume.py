@@ -34,12 +34,14 @@ decoding, and the worker that was next in turn is read first.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from torch.utils.data import IterableDataset
 
 from pixfeed.checksum import record_hash
 from pixfeed.errors import OptionError
+from pixfeed.loaders.batch import BatchReader
+from pixfeed.loaders.seeding import SeededSamples
 
 STATE_VERSION = 1
 Point = Dict[str, Any]  # where an epoch starts: {"start": n} or the WebDataset worker fields
@@ -53,20 +55,37 @@ class Progress:
         self.point: Point = {}
         self.batches = 0
         self.finished = False
+        self.current: Optional[Counted] = None
 
     def track(self, batches: Iterator[Any], epoch: int, point: Point) -> Iterator[Any]:
         self.epoch, self.point, self.batches, self.finished = epoch, point, 0, False
-        return self._count(batches)
+        self.current = Counted(batches, self)
+        return self.current
 
-    def _count(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            self.batches += 1
-            yield batch
-        self.finished = True
+
+class Counted(Iterator[Any]):
+    """The epoch's batches, counted as the training loop takes them; ``len`` as the DataLoader's."""
+
+    def __init__(self, batches: Iterator[Any], progress: Progress) -> None:
+        self.batches, self.progress = batches, progress
+
+    def __next__(self) -> Any:
+        try:
+            batch = next(self.batches)
+        except StopIteration:
+            self.progress.finished |= self.progress.current is self
+            raise
+        self.progress.batches += self.progress.current is self  # an older epoch's iterator counts for nothing
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 def user_dataset(loader: Any) -> Any:
-    return getattr(loader.dataset, "dataset", loader.dataset)
+    """The dataset given to make_loader, under the wrappers it may have put around it."""
+    wrapped = isinstance(loader.dataset, (BatchReader, SeededSamples))
+    return loader.dataset.dataset if wrapped else loader.dataset
 
 
 def state_of(loader: Any) -> dict:
