@@ -7,9 +7,12 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from pixfeed.errors import OptionError
+from pixfeed.words import plural
+
+DEFAULT_SIZE = 224  # profile's size for datasets of mixed image sizes, as most training reads them
 
 
 def add_doctor(sub: Any) -> None:
@@ -28,8 +31,10 @@ def add_profile(sub: Any) -> None:
     p.add_argument("dataset", help="a packed pixfeed dataset")
     p.add_argument("--batch-size", type=int, default=64, help="default 64")
     p.add_argument("--step-ms", type=float, default=0.0, help="simulated compute per batch in ms (default 0)")
-    p.add_argument("--steps", type=int, default=50, help="batches to measure after one warm-up batch (default 50)")
-    p.add_argument("--size", help="image size S or HxW (default: the stored size)")
+    p.add_argument("--steps", type=int, default=50,
+                   help="batches to measure after one warm-up batch, over as many epochs as it takes (default 50)")
+    p.add_argument("--size", help=f"image size S or HxW, center crop (default: the stored size; {DEFAULT_SIZE} "
+                                  "for images of different sizes)")
     p.add_argument("--workers", default="auto", help="num_workers: auto, tune or a number (default auto)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_profile)
@@ -65,26 +70,44 @@ def _workers(text: str) -> Any:
         raise OptionError(f"--workers {text!r}: expected auto, tune or a number") from None
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
+def open_sized(path: str, size: Optional[str]) -> Tuple[Any, str]:
+    """The dataset with every image at one size, and how that size was chosen, in words: a dataset of
+    mixed image sizes is read at DEFAULT_SIZE, center crop, unless ``size`` says otherwise."""
     from pixfeed.datasets import open_dataset
+
+    dataset = open_dataset(path, size=size)
+    if size is not None:
+        how = "--size, center crop"
+    elif dataset.fixed_shape is not None:
+        how = "as stored"
+    else:
+        dataset = open_dataset(path, size=DEFAULT_SIZE)
+        how = "center crop, the default for images of different sizes; --size to change"
+    return dataset, how
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
     from pixfeed.diagnose.stall import profile_loader
     from pixfeed.loaders import make_loader
 
-    dataset = open_dataset(args.dataset, size=args.size)
-    if dataset.fixed_shape is None:
-        raise OptionError(f"--size: the images in {args.dataset} have different sizes; pass --size S")
+    dataset, how = open_sized(args.dataset, args.size)
+    size = dataset.fixed_shape[1:]
     loader = make_loader(dataset, args.batch_size, num_workers=_workers(args.workers))
     step = (lambda batch: time.sleep(args.step_ms / 1000)) if args.step_ms > 0 else None
     report = profile_loader(loader, args.steps, step)
     tuning = getattr(loader, "pixfeed_tuning", None)
     if args.json:
-        print(json.dumps({"plan": loader.pixfeed_plan.reasons, "tuning": tuning and tuning.to_dict(),
-                          "report": report.to_dict()}, indent=1))
-        return 0
+        print(json.dumps({"dataset": args.dataset, "size": size, "size_chosen": how, "batch_size": args.batch_size,
+                          "step_ms": args.step_ms, "plan": loader.pixfeed_plan.reasons,
+                          "tuning": tuning and tuning.to_dict(), "report": report.to_dict()}, indent=1))
+        return 0 if report.steps else 1
+    m = dataset.manifest
+    print(f"profile of {args.dataset} ({m['format']}/{m['store']}, {plural(len(dataset), 'image')}): images at "
+          f"{size[0]}x{size[1]} ({how}), batches of {args.batch_size}, {args.step_ms:g} ms simulated step")
     print(loader.pixfeed_plan)
     if not args.step_ms:
         print("note: no --step-ms: with no compute step every loop waits for data", file=sys.stderr)
     if tuning is not None:
         print(tuning)
     print(report)
-    return 0
+    return 0 if report.steps else 1
