@@ -19,7 +19,7 @@ def add_doctor(sub: Any) -> None:
     p = sub.add_parser("doctor", help="what this machine gives a data loader, with a recommendation per check")
     p.add_argument("path", nargs="?", help="a dataset or image folder: measure the storage under it")
     p.add_argument("--batch-size", type=int, default=256, help="batch size to size shared memory for (default 256)")
-    p.add_argument("--size", help="image size S or HxW (default: the dataset's, else 224)")
+    p.add_argument("--size", help=f"image size S or HxW (default: the dataset's, else {DEFAULT_SIZE})")
     p.add_argument("--workers", type=int, help="loader workers to size shared memory for (default: make_loader's rule for the usable CPUs)")
     p.add_argument("--read-mb", type=int, default=256, help="MiB to read when measuring storage (default 256)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
@@ -40,23 +40,27 @@ def add_profile(sub: Any) -> None:
     p.set_defaults(func=cmd_profile)
 
 
-def _batch_bytes(path: Optional[str], size: Optional[str], batch_size: int) -> int:
+def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int) -> Tuple[int, Optional[int], Any]:
+    """(batch bytes, workers make_loader would use when that is known here, the dataset's store) for doctor."""
     from pixfeed.datasets import open_dataset
     from pixfeed.decode import parse_size
 
-    shape = None
+    dataset = None
     if path is not None and (Path(path) / "pixfeed.json").is_file():
-        shape = open_dataset(path, size=size).fixed_shape
+        dataset = open_dataset(path, size=size)
+    shape = dataset.fixed_shape if dataset is not None else None
     if shape is None:
-        shape = (3, *parse_size(size or 224))
-    return math.prod(shape) * batch_size
+        shape = (3, *parse_size(size or DEFAULT_SIZE))
+    in_process = dataset is not None and not dataset.cpu_bound  # stored pixels: make_loader uses no workers
+    return math.prod(shape) * batch_size, 0 if in_process else None, dataset and dataset.store
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from pixfeed.diagnose.doctor import diagnose, render
 
-    findings = diagnose(args.path, batch_bytes=_batch_bytes(args.path, args.size, args.batch_size),
-                        workers=args.workers, read_limit=args.read_mb * 2**20)
+    batch_bytes, workers, store = _loader_guess(args.path, args.size, args.batch_size)
+    findings = diagnose(args.path, batch_bytes=batch_bytes, workers=workers if args.workers is None else args.workers,
+                        read_limit=args.read_mb * 2**20, store=store)
     print(json.dumps([f.to_dict() for f in findings], indent=1) if args.json else render(findings))
     return 0
 
