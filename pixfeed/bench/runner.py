@@ -9,6 +9,7 @@ time to at most ``max_side`` pixels, to show what that does to size and speed.  
 read measures its own ceiling just before and after it runs (decode in the
 same number of processes, memory copy or file copy), so its ratio holds on a
 busy machine.
+Last, the targets (``targets.py``) and the recommendation (``recommend.py``).
 Formats that are not registered, or whose pack or read fails, are listed in
 ``unavailable`` with the reason; the others still run.
 """
@@ -31,6 +32,7 @@ from . import ceilings, machine, pagecache
 from .cli import STORES
 from .packing import pack_measured, storage
 from .reading import FolderDataset, plain_loader, read_epochs
+from .recommend import recommend
 from .targets import judge
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ class BenchConfig:
     count: int = 500
     pack_workers: Optional[int] = None    # None = the usable CPUs
     max_side: Optional[int] = 384         # one more encoded row packed with --max-side; None or 0: none
+    disk_budget: Optional[int] = None     # bytes a pack may take, for the recommendation; None: free space
 
 
 class Bench:
@@ -160,7 +163,15 @@ def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = judge(result)
+    result["config"].update(_budget(cfg, work_parent))
+    result["recommendation"] = recommend(result)
     return result
+
+
+def _budget(cfg: BenchConfig, work_parent: Path) -> dict:
+    if cfg.disk_budget:
+        return {"disk_budget": cfg.disk_budget, "disk_budget_from": "--disk-budget"}
+    return {"disk_budget": shutil.disk_usage(work_parent).free, "disk_budget_from": f"free space under {work_parent}"}
 
 
 def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optional[int] = None) -> None:
