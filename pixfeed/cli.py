@@ -101,8 +101,11 @@ def cmd_info(args) -> int:
 
 
 def cmd_sample(args) -> int:
+    from .errors import OptionError
     from .sample import make_sample
 
+    if args.count < 1:
+        raise OptionError(f"--count {args.count}: must be at least 1")
     make_sample(args.dir, args.count, args.seed)
     if not args.quiet:
         print(f"wrote {plural(args.count, 'image')} to {args.dir}")

@@ -169,3 +169,10 @@ def test_cli_json(tmp_path, capsys):
     findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
     assert findings["storage"]["data"]["bytes"] == 1000
     assert findings["shared memory"]["data"]["need"] % (8 * 3 * 32 * 32) == 0
+
+
+def test_cli_names_a_missing_path_and_bad_options(tmp_path, capsys):
+    assert main(["doctor", str(tmp_path / "absent")]) == 2
+    assert "absent: no such dataset or folder" in capsys.readouterr().err
+    assert main(["doctor", "--batch-size", "0"]) == 2
+    assert "--batch-size 0: must be at least 1" in capsys.readouterr().err

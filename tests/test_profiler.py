@@ -125,3 +125,8 @@ def test_cli_profile_json_states_size_and_measures_steps(image_tree, tmp_path, c
     out = json.loads(capsys.readouterr().out)
     assert out["size"] == [24, 24] and out["size_chosen"].startswith("--size")
     assert out["report"]["steps"] == 2 and out["report"]["images"] == 24 and out["report"]["epochs"] == 3
+
+
+def test_cli_profile_names_the_bad_option(tmp_path, capsys):
+    assert main(["profile", str(tmp_path), "--steps", "0"]) == 2
+    assert "--steps 0: must be at least 1" in capsys.readouterr().err

@@ -55,9 +55,20 @@ def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int) -> 
     return math.prod(shape) * batch_size, 0 if in_process else None, dataset and dataset.store
 
 
+def _at_least(args: argparse.Namespace, minimum: int, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < minimum:
+            raise OptionError(f"--{name.replace('_', '-')} {value}: must be at least {minimum}")
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from pixfeed.diagnose.doctor import diagnose, render
 
+    _at_least(args, 1, "batch_size", "read_mb")
+    _at_least(args, 0, "workers")
+    if args.path is not None and not Path(args.path).exists():
+        raise OptionError(f"{args.path}: no such dataset or folder")
     batch_bytes, workers, store = _loader_guess(args.path, args.size, args.batch_size)
     findings = diagnose(args.path, batch_bytes=batch_bytes, workers=workers if args.workers is None else args.workers,
                         read_limit=args.read_mb * 2**20, store=store)
@@ -94,6 +105,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pixfeed.diagnose.stall import profile_loader
     from pixfeed.loaders import make_loader
 
+    _at_least(args, 1, "batch_size", "steps")
     dataset, how = open_sized(args.dataset, args.size)
     size = dataset.fixed_shape[1:]
     loader = make_loader(dataset, args.batch_size, num_workers=_workers(args.workers))
