@@ -154,6 +154,16 @@ def test_diagnose_runs_every_probe_on_fake_paths(tmp_path, monkeypatch, eight_co
     assert all(f.check in text and f.advice in text for f in findings)
 
 
+def test_cli_defaults_on_mixed_size_encoded_images(image_tree, tmp_path, capsys):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "lmdb")
+    assert main(["doctor", str(tmp_path / "ds"), "--json"]) == 0
+    findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert findings["shared memory"]["data"]["need"] % (256 * 3 * 224 * 224) == 0  # sized at 224 for mixed sizes
+    assert findings["storage"]["data"]["files"] >= 1
+
+
 def test_cli_on_stored_pixels_expects_no_workers(image_tree, tmp_path, capsys):
     from pixfeed.packers import pack
 
