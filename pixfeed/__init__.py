@@ -20,7 +20,7 @@ _EXPORTS = {
     "DevicePrefetcher": "pixfeed.loaders",
     "profile_loader": "pixfeed.diagnose.stall",
     "StallMeter": "pixfeed.diagnose.stall",
-    "autotune": "pixfeed.diagnose.autotune",
+    "autotune": "pixfeed.loaders.tune",
 }
 __all__ = sorted([*_EXPORTS, "__version__"])
 

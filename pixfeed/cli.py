@@ -10,12 +10,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from ._progress import shown
 from .errors import PixfeedError
 from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
-    "pixfeed.verify:add_command",
+    "pixfeed.verify_cli:add_command",
     "pixfeed.diagnose.cli:add_doctor",
     "pixfeed.diagnose.cli:add_profile",
     "pixfeed.bench.cli:add_command",
@@ -52,15 +53,13 @@ def _pack_options(args) -> dict:
     return {k: getattr(args, k) for k in keys}
 
 
-def _progress(args) -> bool:
-    return not args.quiet and sys.stderr.isatty()
 
 
 def cmd_pack(args) -> int:
     from .packers import pack
 
     start = time.perf_counter()
-    m = pack(args.src, args.dst, args.format, progress=_progress(args), **_pack_options(args))
+    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), **_pack_options(args))
     if not args.quiet:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
@@ -124,7 +123,7 @@ def cmd_demo(args) -> int:
     src, dst = work / "sample", work / "packed-mmap"
     make_sample(src, args.count)
     print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
-    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=_progress(args))
+    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
     print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
     ds = MmapImageDataset(dst)
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)

@@ -1,4 +1,4 @@
-"""``pixfeed verify DST [--deep]``: check a packed dataset against its manifest.
+"""Check a packed dataset against its manifest (``pixfeed verify``, in ``verify_cli.py``).
 
 Works for every format from the manifest and the format's reader, and reports
 every problem it finds (not only the first), each naming the file, shard,
@@ -172,28 +172,3 @@ def _shape_problem(where: str, stored, manifest: dict) -> Optional[str]:
     except PixfeedError as e:
         return str(e)
     return None if got == want else f"{where}: decodes to shape {got}, but {want} was recorded"
-
-
-def cmd_verify(args) -> int:
-    from ._progress import Bar
-
-    from .cli import _progress
-
-    total = read_manifest(args.dst)["count"]
-    with Bar(total=total, unit="rec", disable=not _progress(args), dynamic_ncols=True) as bar:
-        report = verify(args.dst, deep=args.deep, progress=bar.update)
-    for problem in report.problems:
-        print(f"FAIL {problem}")
-    if not args.quiet or report.problems:
-        state = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        print(f"{state}: {args.dst}: {report.files} files and {report.records} of {total} records checked"
-              f"{' and decoded' if args.deep else ''}")
-    return 0 if report.ok else 1
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("verify", help="check a packed dataset's files and records against its manifest")
-    p.add_argument("dst", help="packed dataset directory")
-    p.add_argument("--deep", action="store_true", help="also decode every record and check its shape")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only problems")
-    p.set_defaults(func=cmd_verify)

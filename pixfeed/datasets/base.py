@@ -11,8 +11,13 @@ per-process handles, checksum checks on read, and turning stored records into
 * ``image`` is a uint8 CHW RGB tensor; ``size=`` and ``crop=`` ("center" or
   "random": random-resized crop + horizontal flip drawn from torch's RNG)
   give every image one shape; ``transform`` is applied last.
-* Encoded records take decode's fast path unless ``exact=True`` (then they
-  match a plain Pillow pipeline pixel for pixel, as pixels-mode packs do).
+* Encoded records: a center crop is torchvision's ``Resize(floor(S / crop_ratio))``
+  + ``CenterCrop(S)`` (``crop_ratio`` default 224/256; see ``pixfeed.geometry``).
+  Stored pixels were resized at pack time: ``size=`` smaller than them is a
+  CenterCrop of them, so ``crop_ratio`` is refused there.
+* ``exact`` means what it means in ``decode`` (same default, False): True
+  decodes encoded records with Pillow throughout, pixel for pixel as
+  torchvision's Pillow transforms (and pixels-mode packs) do.
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ import numpy as np
 import torch
 
 from ..checksum import record_hash
-from ..decode import CROP_MODES, decode, parse_size, random_resized_crop
+from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
+from ..geometry import center_slices, check_crop_ratio
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
 from ..manifest import read_manifest
 
@@ -34,8 +40,8 @@ class ImageRecords:
     """Manifest, handle management and record decoding (no torch Dataset base)."""
     format = ""
 
-    def __init__(self, path, transform=None, *, size=None, crop: str = "center", verify: bool = True,
-                 exact: bool = False):
+    def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
+                 verify: bool = True, exact: bool = False):
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         if self.manifest["format"] != self.format:
@@ -46,10 +52,18 @@ class ImageRecords:
         if crop == "random" and size is None:
             raise OptionError("crop='random' needs size=, the output size of the random-resized crop")
         self.transform, self.size, self.crop, self.verify = transform, parse_size(size), crop, verify
-        self.exact = exact  # encoded records: False = decode's fast path (see pixfeed.decode, rule 6)
+        self.exact = exact  # as in decode: False = the fast path (see pixfeed.decode, rule 6)
         self.classes: Optional[List[str]] = self.manifest["classes"]
         self.store: str = self.manifest["store"]
+        self.crop_ratio = self._crop_ratio(crop_ratio)
         self._handle, self._pid, self._keys = None, None, None
+
+    def _crop_ratio(self, value: Optional[float]) -> float:
+        if value is not None and self.store == "pixels":
+            raise OptionError(f"{self.path}: crop_ratio applies to encoded records; this dataset stores pixels "
+                              f"already resized at pack time, so size= smaller than them is a center crop of them "
+                              f"(pack --size 256 and read size=224 for Resize(256) + CenterCrop(224))")
+        return CROP_RATIO if value is None else check_crop_ratio(value)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -121,19 +135,17 @@ class ImageRecords:
                     and self._slice_crop() is not None)
 
     def _slice_crop(self) -> Optional[Tuple[slice, slice]]:
-        """Center crop of stored pixels as slices, if ``size`` fits inside them (else None)."""
+        """CenterCrop of stored pixels as slices, if ``size`` fits inside them (else None)."""
         h, w = self.stored_shape[:2]
         H, W = self.size or (h, w)
-        if H > h or W > w:
-            return None
-        return slice((h - H) // 2, (h - H) // 2 + H), slice((w - W) // 2, (w - W) // 2 + W)
+        return None if H > h or W > w else center_slices(h, w, (H, W))
 
     def pixels(self, stored, i: int) -> np.ndarray:
         """Stored record -> HxWx3 uint8 array at the requested size and crop."""
         if self.store == "encoded":
             rng = _torch_rng() if self.crop == "random" else None
-            return decode(bytes(stored), size=self.size, crop=self.crop, rng=rng, where=self.where(i),
-                          exact=self.exact)
+            return decode(bytes(stored), size=self.size, crop=self.crop, crop_ratio=self.crop_ratio, rng=rng,
+                          where=self.where(i), exact=self.exact)
         if self.crop == "random":
             from PIL import Image
             return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, _torch_rng()))
@@ -141,7 +153,6 @@ class ImageRecords:
         if crop is not None:
             return stored[crop]
         from PIL import Image
-        from ..decode import resize
         return np.asarray(resize(Image.fromarray(np.asarray(stored)), self.size, "crop"))
 
     def sample(self, stored, label, i: int):

@@ -9,7 +9,8 @@ DATA = "data.h5"
 
 
 class H5ImageDataset(MapImageDataset):
-    """``H5ImageDataset(path, transform=None, *, size=None, crop="center", verify=True)``.
+    """``H5ImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
+    verify=True, exact=False)``.
 
     The file is opened read-only on first access in each process (an HDF5
     handle is never used across a fork).  A dense batch (its indices span at

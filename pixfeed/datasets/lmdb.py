@@ -47,7 +47,8 @@ os.register_at_fork(after_in_child=_close_inherited)
 
 
 class LmdbImageDataset(MapImageDataset):
-    """``LmdbImageDataset(path, transform=None, *, size=None, crop="center", verify=True)``.
+    """``LmdbImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
+    verify=True, exact=False)``.
 
     The environment is opened read-only without a lock file on first access in
     each process; a batch of indices is read in one transaction.

@@ -7,7 +7,8 @@ from .base import MapImageDataset
 
 
 class MmapImageDataset(MapImageDataset):
-    """``MmapImageDataset(path, transform=None, *, size=None, crop="center", verify=True)``.
+    """``MmapImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
+    verify=True, exact=False)``.
 
     A batch of indices is one gathered copy out of the memory map (pixels
     mode) or one pass over ``data.bin`` slices (encoded mode).

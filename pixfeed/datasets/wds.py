@@ -51,7 +51,7 @@ from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError
-from ..loaders.world import World
+from ..world import World
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
@@ -59,8 +59,8 @@ _WARNED: set = set()
 
 
 class WdsImageDataset(ImageRecords, IterableDataset):
-    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", verify=True,
-    shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
+    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None, verify=True,
+    exact=False, shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
 
     ``size``, ``crop``, ``verify`` and any other option go to ImageRecords."""
     format = "wds"

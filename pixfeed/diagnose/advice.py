@@ -40,7 +40,7 @@ class InUse:
     @classmethod
     def of(cls, loader: Any) -> "InUse":
         from pixfeed.loaders.batch import BatchReader
-        from pixfeed.loaders.cpus import available_cpus
+        from pixfeed.cpus import available_cpus
 
         dataset = getattr(loader, "dataset", None)
         batch_path = isinstance(dataset, BatchReader)

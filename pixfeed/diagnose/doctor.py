@@ -14,9 +14,9 @@ from typing import List, Optional
 
 from pixfeed import _jpeghead
 from pixfeed.diagnose import devices, storage, system
-from pixfeed.bench.report import table
+from pixfeed.texttable import table
 from pixfeed.diagnose.finding import INFO, OK, Finding
-from pixfeed.loaders.cpus import available_cpus
+from pixfeed.cpus import available_cpus
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
-from pixfeed.bench.report import table
+from pixfeed.texttable import table
 from pixfeed.diagnose.advice import InUse, for_copy, for_stage
 from pixfeed.words import plural
 

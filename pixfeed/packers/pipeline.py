@@ -28,7 +28,7 @@ import numpy as np
 from .. import __version__
 from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
-from ..loaders.cpus import available_cpus
+from ..cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..source import scan
 from .records import PackOptions, Record, load_record

@@ -83,8 +83,8 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str]) -> 
     if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
         notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
     if opts.store == "pixels":
-        arr = np.ascontiguousarray(decode(data, size=opts.size, resize_mode=opts.resize, where=where,
-                                          max_pixels=opts.max_pixels))
+        arr = np.ascontiguousarray(decode(data, size=opts.size, resize_mode=opts.resize, crop_ratio=1.0,
+                                          where=where, max_pixels=opts.max_pixels, exact=True))
         return Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr))
     fmt, shape = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
     if opts.max_side and max(shape) > opts.max_side:
@@ -103,7 +103,7 @@ def _read_error(path: Path, e: OSError) -> str:
 
 
 def _reencode(data: bytes, where: str, opts: PackOptions):
-    arr = decode(data, where=where, max_pixels=opts.max_pixels)
+    arr = decode(data, where=where, max_pixels=opts.max_pixels, exact=True)
     h, w = arr.shape[:2]
     scale = opts.max_side / max(h, w)
     size = (max(1, round(w * scale)), max(1, round(h * scale)))
