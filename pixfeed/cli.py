@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import signal
@@ -12,6 +13,9 @@ from pathlib import Path
 
 from ._progress import shown
 from .errors import PixfeedError
+from .layouts.hdf5 import COMPRESSIONS
+from .manifest import STORES
+from .registry import FORMATS
 from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
@@ -24,8 +28,8 @@ COMMANDS: list = [
 
 
 def _pack_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="mmap", help="mmap, lmdb, hdf5 or wds (default: mmap)")
-    p.add_argument("--store", choices=("pixels", "encoded"),
+    p.add_argument("--format", default="mmap", choices=list(FORMATS), help="the format (default: mmap)")
+    p.add_argument("--store", choices=STORES,
                    help="pixels: decoded uint8 RGB (default for mmap); encoded: the image files' bytes (default otherwise)")
     p.add_argument("--size", default="256", help="pixels mode: output size S or HxW (default 256)")
     p.add_argument("--resize", default="crop", choices=("crop", "pad", "stretch"),
@@ -39,18 +43,19 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
     p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
+    # format-specific: refused by pack for a format that does not take them (pixfeed.registry)
     p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")
     p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
-    p.add_argument("--seed", type=int, default=0, help="wds: seed of the pre-shard shuffle (default 0)")
-    p.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="wds: keep source order")
-    p.add_argument("--compression", choices=("lzf", "gzip"), help="hdf5: compress pixel chunks")
+    p.add_argument("--seed", type=int, help="wds: seed of the pre-shard shuffle (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="wds: keep source order")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5: compress pixel chunks")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
 
 
 def _pack_options(args) -> dict:
-    keys = ("store", "size", "resize", "max_side", "quality", "ext", "workers", "on_error", "overwrite",
-            "max_pixels", "full_check", "shard_size", "shard_bytes", "seed", "shuffle", "compression")
-    return {k: getattr(args, k) for k in keys}
+    from .packers.options import PackOptions
+
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(PackOptions)}
 
 
 

@@ -93,13 +93,14 @@ def _check_count(root: Path, manifest: dict) -> Iterator[str]:
 
 def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
     from .datasets import open_dataset
+    from .datasets.protocol import CheckedReads
 
     try:
-        ds = open_dataset(root, verify=True)
-        if not hasattr(ds, "_checked"):
+        ds = open_dataset(root, checksums=True)
+        if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return
-        _ = ds.handle  # opening checks every data file's size
+        ds.check_files()
     except (PixfeedError, OSError) as e:
         yield f"records not checked: {e}"
         return
@@ -117,7 +118,7 @@ def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progr
 def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
     """(index, stored, label, problem) per record; a chunk that fails is re-read one by one."""
     try:
-        idx, stored, labels = ds._checked(list(chunk))
+        idx, stored, labels = ds.read_checked(list(chunk))
     except Exception:  # noqa: BLE001 - re-read record by record, to name each bad one
         yield from (_read_one(ds, i, report) for i in chunk)
         return
@@ -127,7 +128,7 @@ def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
 
 def _read_one(ds, i: int, report: Report) -> tuple:
     try:
-        _, stored, labels = ds._checked([i])
+        _, stored, labels = ds.read_checked([i])
     except Exception as e:  # noqa: BLE001 - a reader's library may raise its own types on damage
         msg = str(e) if isinstance(e, PixfeedError) else f"cannot read ({type(e).__name__}: {e})"
         return i, None, None, msg if f"record {i}" in msg else f"{ds.where(i)}: {msg}"

@@ -89,7 +89,8 @@ class Bench:
         if not max_side:
             return self.blobs
         if max_side not in self.shrunk:
-            from ..packers.records import PackOptions, load_record
+            from ..packers.options import PackOptions
+            from ..packers.records import load_record
 
             opts = PackOptions(store="encoded", max_side=max_side)
             self.shrunk[max_side] = [bytes(load_record(self.source, i, opts, []).data)

@@ -38,6 +38,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset
 
+from pixfeed.datasets.protocol import epoch_needs_fresh_workers, reads_in_process
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.batch import supports_batches
 from pixfeed.world import World
@@ -95,7 +96,7 @@ def default_workers(cpus: int) -> int:
 def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int]) -> Choice:
     if requested != "auto":
         return require_int("num_workers", requested, 0, auto=True), CALLER
-    if path in ("batch", "iterable") and not getattr(dataset, "cpu_bound", True):
+    if path in ("batch", "iterable") and reads_in_process(dataset):
         return 0, "stored pixels, no decoding: cheaper in process than through shared memory"
     if cpus < 2:
         return 0, "1 usable CPU: workers would compete with training"
@@ -125,8 +126,7 @@ def choose_persistent(requested: Auto, workers: int, dataset: Any) -> Choice:
         if check_bool("persistent_workers", requested) and workers == 0:
             raise OptionError("persistent_workers=True needs num_workers > 0; use persistent_workers='auto'")
         return requested, CALLER
-    if workers and callable(getattr(dataset, "set_epoch", None)) and not getattr(dataset, "epoch_in_shared_memory",
-                                                                                  False):
+    if workers and epoch_needs_fresh_workers(dataset):
         return False, "fresh workers each epoch so they see the dataset's set_epoch"
     return workers > 0, "keep workers between epochs" if workers else "no workers"
 
