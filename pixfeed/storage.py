@@ -13,7 +13,10 @@ else it resolves.  ``file://`` URLs and plain paths stay local paths.
   so a dead endpoint surfaces as an error instead of a hang.
 * Every storage failure becomes a StorageError (or DatasetNotFoundError for a
   missing object) naming the URL; known secrets are masked in its text.
-* A Store is picklable and opens its filesystem lazily in each process.
+* A Store is a URL and options (picklable); its filesystem is made once per
+  process, protocol and options, outside fsspec's instance cache: a forked child
+  never frees (and so never closes) the parent's connections, which left the
+  parent waiting a read timeout on a pooled connection the child had closed.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from .errors import DatasetNotFoundError, OptionError, PixfeedError, StorageErro
 
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 _SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|^key$|access_key", re.I)
+_FILESYSTEMS: dict = {}  # (pid, protocol, options) -> filesystem; a forked child keeps its parent's unused
 _S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60,
                                   "retries": {"max_attempts": 5, "mode": "standard"}}}
 
@@ -55,6 +59,13 @@ def parse_option(text: str) -> tuple:
         return key, json.loads(value)
     except ValueError:
         return key, value
+
+
+def add_argument(parser) -> None:
+    """``--storage-option KEY=VALUE`` (repeatable) on a command that takes URLs."""
+    parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                        help="fsspec/s3fs option for URLs, e.g. endpoint_url=http://host:9000 or anon=true "
+                             "(repeatable; credentials are better left to the environment or ~/.aws)")
 
 
 def options_from_args(items: Optional[Iterable[str]]) -> dict:
@@ -107,28 +118,27 @@ class Store:
 
     def __init__(self, url: str, storage_options: Optional[dict] = None):
         self.url, self.options = url.rstrip("/"), dict(storage_options or {})
-        self._fs, self._root, self._pid = None, "", None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fs": None, "_root": "", "_pid": None}
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
 
     @property
     def fs(self):
-        if self._pid != os.getpid():
-            import fsspec.core
+        """This process's filesystem for the URL's protocol and these options."""
+        protocol = self.url.split("://", 1)[0]
+        key = (os.getpid(), protocol, json.dumps(self.options, sort_keys=True, default=str))
+        if key not in _FILESYSTEMS:
+            import fsspec
 
             with self.errors(self.url):
-                self._fs, self._root = fsspec.core.url_to_fs(self.url, **_with_defaults(self.url, self.options))
-            self._pid = os.getpid()
-        return self._fs
+                _FILESYSTEMS[key] = fsspec.filesystem(protocol, skip_instance_cache=True,
+                                                      **_with_defaults(self.url, self.options))
+        return _FILESYSTEMS[key]
 
     def path(self, name: str = "") -> str:
         """The filesystem path of ``name`` below the root."""
-        self.fs  # noqa: B018 - resolves the root in this process
-        return f"{self._root.rstrip('/')}/{name}" if name else self._root
+        root = self.fs._strip_protocol(self.url).rstrip("/")
+        return f"{root}/{name}" if name else root
 
     def url_of(self, name: str) -> str:
         return f"{self.url}/{name}"

@@ -61,6 +61,7 @@ def s3_server(tmp_path_factory):
     server = S3Server(tmp_path_factory.mktemp("seaweedfs"))
     try:
         server.start()
+        server.bucket("pixfeed")
     except RuntimeError as e:
         pytest.skip(f"the S3 test server cannot start here: {e}")
     yield server
@@ -72,4 +73,4 @@ def bucket(s3_server, request) -> str:
     """A fresh prefix for one test in the session's bucket (one bucket: SeaweedFS gives each its own volumes)."""
     import re
 
-    return f"{s3_server.bucket('pixfeed')}/{re.sub(r'[^A-Za-z0-9_-]', '-', request.node.name)}"
+    return f"s3://pixfeed/{re.sub(r'[^A-Za-z0-9_-]', '-', request.node.name)}"

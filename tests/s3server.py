@@ -34,8 +34,7 @@ def _free_ports(n: int) -> list:
 
 class S3Server:
     def __init__(self, workdir: Path):
-        self.workdir, self.proc = workdir, None
-        self.port = 0
+        self.workdir, self.proc, self.port, self.sockets = workdir, None, 0, []
 
     @property
     def endpoint(self) -> str:
@@ -53,12 +52,16 @@ class S3Server:
             {"accessKey": KEY, "secretKey": SECRET}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
         p = _free_ports(8)
         self.port = p[6]
-        args = [weed_binary(), "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        # weed puts its gRPC unix sockets in /tmp whatever TMPDIR says; stop() removes them
+        self.sockets = [Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock")
+                        for kind, port in (("master", p[1]), ("volume", p[3]), ("filer", p[5]), ("s3", p[7]))]
+        args = [weed_binary(), "-logtostderr", "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-master.port={p[0]}", f"-master.port.grpc={p[1]}", f"-volume.port={p[2]}",
                 f"-volume.port.grpc={p[3]}", f"-filer.port={p[4]}", f"-filer.port.grpc={p[5]}",
                 "-s3", f"-s3.port={p[6]}", f"-s3.port.grpc={p[7]}", f"-s3.config={config}",
                 "-s3.port.lance=0", "-s3.port.iceberg=0", "-volume.max=50", "-master.volumeSizeLimitMB=32",
-                "-master.telemetry=false"]
+                "-master.telemetry=false", f"-filer.localSocket={self.workdir / 'filer.sock'}",
+                f"-s3.localSocket={self.workdir / 's3.sock'}"]
         self.log = open(self.workdir / "weed.log", "wb")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.workdir)
         deadline = time.monotonic() + timeout
@@ -91,10 +94,8 @@ class S3Server:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.kill()  # a throwaway server: SIGTERM takes it seconds
+            self.proc.wait()
+        for sock in self.sockets:
+            sock.unlink(missing_ok=True)
         self.log.close()
