@@ -58,9 +58,6 @@ class Source:
             batch = indices[start:start + FETCH]
             yield from zip(batch, self.remote.read_many([self.paths[i] for i in batch]))
 
-    def read(self, i: int) -> bytes:
-        return self.remote.read(self.paths[i]) if self.remote is not None else (self.root / self.paths[i]).read_bytes()
-
 
 def parse_extensions(value: Optional[Sequence[str] | str]) -> tuple:
     if value is None:
