@@ -17,6 +17,7 @@ fails its hash is deleted and named in a CorruptDataError.  ``cache_limit``
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
@@ -35,6 +36,7 @@ from .storage import Store
 CHUNK = 16 << 20      # bytes per ranged GET
 PARALLEL = 16         # GETs in flight
 _HELD: dict = {}      # copy folder -> open .use file (a shared lock for this process's lifetime)
+atexit.register(lambda: [f.close() for f in _HELD.values()])
 
 
 def default_dir() -> Path:

@@ -2,6 +2,10 @@
 per-process handles, checksum checks on read, and turning stored records into
 ``(image, label)``.
 
+* ``path`` may be a URL (``s3://...``; ``storage_options=`` as in
+  pixfeed.storage): formats with ``streams`` (wds) read it directly; the
+  others are first copied to the local cache (pixfeed.cache: ``cache_dir=``,
+  ``cache_limit=``) and ``path`` is that copy.
 * Constructing a dataset reads only ``pixfeed.json``.  Data files are opened
   on first access in each process (the owning pid is kept beside the handle),
   and ``__getstate__`` drops the handle, so datasets pickle and fork safely.

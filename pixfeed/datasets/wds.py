@@ -33,6 +33,10 @@ exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
 count.  Shards are read with webdataset's tar iterators; its decoders are never
 used, bytes become pixels only in ``pixfeed.decode``.
+
+A URL dataset (``s3://...``) is streamed: each shard is read front to back
+through one fsspec file (sequential GETs, an 8 MiB read-ahead buffer), never
+copied whole; a read failure is a StorageError naming the shard's URL.
 """
 from __future__ import annotations
 
