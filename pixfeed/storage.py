@@ -25,7 +25,8 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterable, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterable, Iterator, List, Optional
 
 from .errors import DatasetNotFoundError, OptionError, PixfeedError, StorageError
 
@@ -198,6 +199,23 @@ class Store:
         """A read-only file object streaming ``name`` with read-ahead (bounded memory)."""
         with self.errors(self.url_of(name)):
             return self.fs.open(self.path(name), "rb", block_size=block_size, cache_type="readahead")
+
+    def open_ahead(self, names: List[str]) -> Iterator:
+        """Open files for ``names`` in order; while one is read, the next is opened and its
+        first block fetched in a thread (at most two files' buffers in memory)."""
+        def first_block(name: str):
+            f = self.open(name)
+            with self.errors(self.url_of(name)):
+                f.read(1)
+                f.seek(0)
+            return f
+
+        with ThreadPoolExecutor(1) as pool:
+            ahead = [pool.submit(first_block, n) for n in names[:1]]
+            for k in range(len(names)):
+                if k + 1 < len(names):
+                    ahead.append(pool.submit(first_block, names[k + 1]))
+                yield ahead.pop(0).result()
 
     def put(self, local: Path, name: str) -> None:
         with self.errors(self.url_of(name)):

@@ -151,24 +151,25 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
         m = 0
-        for s, first, stop in pieces:
-            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"])):
+        for (s, first, stop), stream in zip(pieces, self._streams(paths, [s for s, _, _ in pieces])):
+            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"], stream)):
                 if j >= first:
                     if m % stride == offset:
                         yield s, int(self._starts[s]) + j, sample
                     m += 1
 
-    def _stream(self, path):
-        """A shard's bytes: a local file, or sequential GETs with read-ahead from a URL."""
+    def _streams(self, paths: list, shards: List[int]) -> Iterator:
+        """The shards' files in reading order: local files, or from a URL sequential GETs with
+        read-ahead, the next shard opened and its first block fetched while this one is read."""
         if self.remote is None:
-            return open(path, "rb")
-        return self.remote.open(path[len(self.remote.url) + 1:])
+            return (open(paths[s], "rb") for s in shards)
+        return self.remote.open_ahead([self.shards[s]["name"] for s in shards])
 
-    def _shard(self, path, stop: int, count: int) -> Iterator[dict]:
+    def _shard(self, path, stop: int, count: int, stream) -> Iterator[dict]:
         """The first ``stop`` samples of a shard as webdataset dicts; damage names the shard and key."""
         n, key = 0, None
         try:
-            with self._stream(path) as f:
+            with stream as f:
                 for sample in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])):
                     key = sample["__key__"]
                     yield sample
