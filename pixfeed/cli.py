@@ -132,7 +132,7 @@ def cmd_demo(args) -> int:
     make_sample(src, args.count)
     print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
     m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
-    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
+    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {'x'.join(map(str, m['shape']))} uint8, {m['stats']['seconds']:.1f} s")
     ds = MmapImageDataset(dst)
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
     start, n, checksum = time.perf_counter(), 0, 0
