@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from ..checksum import record_hash
 from ..errors import CorruptDataError
 from ..layouts import mmap as layout
 from ..pagecache import Extents
@@ -40,16 +41,14 @@ class MmapImageDataset(MapImageDataset):
             arrays["file"] = open(self.path / layout.DATA, "rb", buffering=0)
         return arrays
 
-    def read_stored(self, indices: np.ndarray):
-        return self._read(indices, check=False)
-
     def read_checked(self, indices):
         idx = self._indices(indices)
-        stored, labels, _ = self._read(idx, check=self.checksums)
+        stored, labels, _ = self.read_stored(idx, check=self.checksums)
         return idx, stored, labels
 
-    def _read(self, indices: np.ndarray, check: bool):
-        """(records, labels, checksums); with ``check``, each record is hashed just after its read."""
+    def read_stored(self, indices: np.ndarray, check: bool = False):
+        """(records, labels, checksums); with ``check``, each record is hashed just after its read
+        (CorruptDataError on a mismatch)."""
         h = self.handle
         checksums = h["checksums"][indices]
         fd = h["file"].fileno()
@@ -57,23 +56,21 @@ class MmapImageDataset(MapImageDataset):
             stored = np.empty((len(indices), *self.stored_shape), np.uint8)
             row = stored[0].nbytes if len(indices) else 0
             for j, i in enumerate(indices):
-                self._pread_into(fd, stored[j], h["base"] + int(i) * row, int(i))
-                if check:
-                    self.check_checksum(stored[j], checksums[j], int(i))
+                if os.preadv(fd, [stored[j]], h["base"] + int(i) * row) != row:  # releases the GIL
+                    raise self._short(int(i))
+                self._check(check, stored[j], checksums[j], int(i))
         else:
             stored = []
             for j, (start, end) in enumerate(zip(h["offsets"][indices], h["offsets"][indices + 1])):
                 stored.append(os.pread(fd, int(end - start), int(start)))
                 if len(stored[j]) != end - start:
                     raise self._short(int(indices[j]))
-                if check:
-                    self.check_checksum(stored[j], checksums[j], int(indices[j]))
+                self._check(check, stored[j], checksums[j], int(indices[j]))
         return stored, h["labels"][indices], checksums
 
-    def _pread_into(self, fd: int, out: np.ndarray, offset: int, i: int) -> None:
-        """Read ``out.nbytes`` bytes at ``offset``; the copy releases the GIL, so a reader thread overlaps."""
-        if os.preadv(fd, [out], offset) != out.nbytes:
-            raise self._short(i)
+    def _check(self, check: bool, record, expected, i: int) -> None:
+        if check and record_hash(record) != int(expected):
+            self.check_checksum(record, expected, i)  # raises, naming the record
 
     def _short(self, i: int) -> CorruptDataError:
         return CorruptDataError(f"{self.where(i)}: the data file ends inside the record (truncated); "

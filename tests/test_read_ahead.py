@@ -1,0 +1,191 @@
+"""Read-ahead in the sampler's order, the quasi-random order, record extents, and where epochs come from."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from conftest import make_tree
+from pixfeed import memory
+from pixfeed.datasets import open_dataset
+from pixfeed.diagnose.storage import check_cache
+from pixfeed.errors import CorruptDataError, OptionError
+from pixfeed.loaders import cacheplan, make_loader, readahead
+from pixfeed.loaders.order import quasi_random
+from pixfeed.loaders.sampler import ResumableSampler
+from pixfeed.packers import pack
+from pixfeed.pagecache import Extents
+
+FORMATS = [(f, s) for f in ("mmap", "lmdb", "hdf5") for s in ("pixels", "encoded")]
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("extents")
+    src = make_tree(root / "src", per_class=5)
+    for fmt, store in FORMATS:
+        pack(src, root / f"{fmt}-{store}", fmt, store=store, **({"size": 16} if store == "pixels" else {}), workers=1)
+    return root
+
+
+@pytest.mark.parametrize("fmt,store", FORMATS)
+def test_every_record_lies_inside_its_extent(packs, fmt, store):
+    dataset = open_dataset(packs / f"{fmt}-{store}")
+    extents = dataset.record_extents()
+    data = extents.path.read_bytes()
+    _, stored, _ = dataset.read_checked(range(len(dataset)))
+    for i, record in enumerate(stored):
+        span = data[extents.starts[i]:extents.starts[i] + extents.lengths[i]]
+        assert np.asarray(record).tobytes() in span, (fmt, store, i)
+    if fmt != "hdf5" or store == "pixels":  # the heap collection of an encoded HDF5 record may hold others
+        assert extents.lengths.sum() < 1.2 * sum(len(np.asarray(r).tobytes()) for r in stored) + 48 * len(stored)
+
+
+@pytest.mark.parametrize("store", ["pixels", "encoded"])
+def test_mmap_pread_checks_each_record_and_a_short_file(packs, tmp_path, store):
+    import shutil
+
+    shutil.copytree(packs / f"mmap-{store}", tmp_path / "ds")
+    dataset = open_dataset(tmp_path / "ds")
+    extents = dataset.record_extents()
+    with open(extents.path, "r+b") as f:  # flip a byte of record 2
+        f.seek(int(extents.starts[2]) + 5)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CorruptDataError, match="record 2 .*checksum"):
+        dataset.read_checked([0, 1, 2, 3])
+    dataset.read_stored(np.array([2]))  # unchecked by contract
+    open_dataset(tmp_path / "ds", checksums=False).read_checked([2])
+    last = len(dataset) - 1
+    os.truncate(extents.path, int(extents.starts[last]) + 1)  # after the file was opened at full size
+    with pytest.raises(CorruptDataError, match=f"record {last} .*truncated"):
+        dataset.read_checked([last])
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, fd, starts, lengths):
+        self.calls.append((starts.copy(), lengths.copy()))
+
+
+def test_hints_stay_within_the_budget_and_precede_every_read(monkeypatch):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(100, 1000, 500)
+    extents = Extents(__file__, np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+    recorder = Recorder()
+    monkeypatch.setattr(readahead, "will_need", recorder)
+    order = rng.permutation(500).tolist()
+    budget = 5000
+    hinted, seen = [], []
+    for pos, index in enumerate(readahead.Hinter(extents, budget).follow(order)):
+        seen.append(index)
+        hinted = [s for starts, _ in recorder.calls for s in starts]
+        assert extents.starts[index] in hinted  # requested before it is handed out
+        ahead = sum(int(lengths[i]) for i in order[pos:len(hinted)])
+        assert ahead <= budget + lengths.max()  # never more than the budget ahead (plus the record itself)
+    assert seen == order
+    assert sorted(hinted) == sorted(extents.starts.tolist())  # each record requested once
+    assert len(recorder.calls) < 500 / 3  # in refills of half the budget, not one call per record
+
+
+@given(st.integers(1, 300), st.integers(1, 40), st.integers(1, 120), st.integers(0, 10))
+@settings(max_examples=60, deadline=None)
+def test_quasi_random_is_a_permutation_of_chunks_shuffled_within_windows(n, chunk, window, seed):
+    order = quasi_random(n, chunk, window, torch.Generator().manual_seed(seed))
+    assert sorted(order) == list(range(n))
+    assert order == quasi_random(n, chunk, window, torch.Generator().manual_seed(seed))
+    for start in range(0, n, window):
+        chunks = {i // chunk for i in order[start:start + window]}
+        assert len(chunks) <= -(-window // chunk) + 2  # a few whole chunks (one may be the short last one)
+
+
+def test_quasi_random_mixes_the_dataset():
+    order = quasi_random(10_000, 10, 1000, torch.Generator().manual_seed(0))
+    assert order != sorted(order)
+    first_window = order[:1000]
+    assert np.ptp(first_window) > 5000  # its chunks come from all over the dataset
+    assert order[:1000] != quasi_random(10_000, 10, 1000, torch.Generator().manual_seed(1))[:1000]
+
+
+@pytest.mark.parametrize("world,drop_last", [(1, False), (3, False), (3, True)])
+def test_quasi_random_sampler_splits_ranks_evenly_and_resumes(world, drop_last):
+    data = list(range(100))
+
+    def sampler(rank, start=0, epoch=2):
+        s = ResumableSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=5, drop_last=drop_last)
+        s.quasi, s.start = (4, 20), start
+        s.set_epoch(epoch)
+        return list(s)
+
+    ranks = [sampler(r) for r in range(world)]
+    assert len({len(r) for r in ranks}) == 1
+    counts = Counter(i for r in ranks for i in r)
+    assert set(counts) <= set(data) and (drop_last or set(counts) == set(data))
+    assert sum(counts.values()) - len(counts) < world  # only the padding repeats
+    half = [sampler(r, start=30 * world) for r in range(world)]
+    assert all(h == r[30:] for h, r in zip(half, ranks))  # part-way: the rest of the same order
+    assert sampler(0, epoch=3) != ranks[0]
+
+
+def test_loader_reads_every_record_once_in_quasi_random_order(packs):
+    dataset = open_dataset(packs / "mmap-pixels")
+    loader = make_loader(dataset, 4, order="quasi_random", io_ahead=1 << 20, seed=3)
+    assert loader.pixfeed_plan.order == "quasi_random" and loader.pixfeed_plan.io_ahead == 1 << 20
+    assert loader.sampler.quasi is not None and loader.sampler.hints is not None
+    labels = torch.cat([y for _, y in loader])
+    assert sorted(labels.tolist()) == sorted(np.asarray(dataset.read_stored(np.arange(len(dataset)))[1]).tolist())
+    state = loader.state_dict()
+    assert state["order"] == list(loader.sampler.quasi)
+    with pytest.raises(OptionError, match="order='quasi_random'"):
+        make_loader(dataset, 4, seed=3).load_state_dict(state)
+
+
+def test_order_and_io_ahead_options_are_checked(packs):
+    dataset = open_dataset(packs / "mmap-pixels")
+    with pytest.raises(OptionError, match="order='sorted'"):
+        make_loader(dataset, 4, order="sorted")
+    with pytest.raises(OptionError, match="shuffle=False"):
+        make_loader(dataset, 4, order="quasi_random", shuffle=False)
+    with pytest.raises(OptionError, match="io_ahead"):
+        make_loader(dataset, 4, io_ahead=-1)
+    loader = make_loader(dataset, 4, io_ahead=0)
+    assert loader.sampler.hints is None and loader.pixfeed_plan.reasons["io_ahead"] == "set by caller"
+    with pytest.raises(OptionError, match="quasi_random"):
+        make_loader(dataset, 4, io_ahead=0, order="quasi_random")
+
+
+def test_plan_says_where_epochs_come_from(packs, monkeypatch):
+    dataset = open_dataset(packs / "mmap-pixels")
+    nbytes = cacheplan.dataset_bytes(dataset)
+    monkeypatch.setattr(cacheplan, "page_cache_room", lambda: 10 * nbytes)
+    plan = make_loader(dataset, 4).pixfeed_plan
+    assert plan.storage == "page cache" and "page cache" in str(plan)
+    monkeypatch.setattr(cacheplan, "page_cache_room", lambda: nbytes // 2)
+    plan = make_loader(dataset, 4).pixfeed_plan
+    assert plan.storage == "disk" and "quasi_random" in plan.reasons["storage"]
+    assert plan.io_ahead == cacheplan.MIN_IO_AHEAD  # 1/8 of a tiny room, at least 1 MiB
+    assert check_cache(packs / "mmap-pixels", nbytes // 2).data["served_from"] == "disk"
+    assert check_cache(packs / "mmap-pixels", 10 * nbytes).status == "ok"
+
+
+def test_page_cache_room_is_the_smallest_of_host_and_every_cgroup_level(tmp_path):
+    (tmp_path / "proc").write_text("4:memory:/job/step\n0::/\n")
+    for rel, limit, usage, cache in (("", 2**63, 0, 0), ("job", 8 << 30, 5 << 30, 4 << 30),
+                                     ("job/step", 4 << 30, 1 << 30, 0)):
+        d = tmp_path / "cg" / "memory" / rel
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "memory.limit_in_bytes").write_text(str(limit))
+        (d / "memory.usage_in_bytes").write_text(str(usage))
+        (d / "memory.stat").write_text(f"cache {cache}\nrss {usage - cache}\n")
+    (tmp_path / "meminfo").write_text("MemTotal: 67108864 kB\nMemAvailable: 33554432 kB\n")
+    dirs = memory.own_cgroups(tmp_path / "proc", tmp_path / "cg")
+    assert dirs == [tmp_path / "cg/memory/job/step", tmp_path / "cg/memory/job", tmp_path / "cg/memory"]
+    room = memory.page_cache_room(tmp_path / "proc", tmp_path / "cg", tmp_path / "meminfo")
+    assert room == 3 << 30  # step: 4 GiB - 1 GiB of non-cache use; job: 8 - (5 - 4) = 7 GiB; host 32 GiB
