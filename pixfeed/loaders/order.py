@@ -35,7 +35,7 @@ def quasi_random(n: int, chunk: int, window: int, generator: torch.Generator) ->
 
 
 def quasi_sizes(budget: int, record_bytes: float) -> tuple:
-    """(chunk, window) in records: a window is half the read-ahead ``budget`` (one refill of
-    ``Hinter`` covers about one window) and holds ``CHUNKS_PER_WINDOW`` chunks."""
+    """(chunk, window) in records: a window is half the read-ahead ``budget`` (the records requested
+    ahead lie in the chunks of two or three windows) and holds ``CHUNKS_PER_WINDOW`` chunks."""
     window = max(1, int(budget / 2 // max(record_bytes, 1)))
     return max(1, window // CHUNKS_PER_WINDOW), window
