@@ -9,7 +9,10 @@
 * ``page_cache_room()``: bytes of file data that can stay cached for this
   process: ``MemAvailable`` (free memory plus reclaimable cache), or less when
   a cgroup's limit minus its non-cache usage is smaller.  A dataset larger than
-  this is read from the disk every epoch.
+  this is read from the disk every epoch: ``fits_in_page_cache`` says which
+  (with ``CACHE_FRACTION`` headroom), for ``make_loader``'s plan and for the
+  readers, which map a dataset that fits and read one that does not with
+  ``pread`` (no mapped pages to count against the process or to reclaim).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from pixfeed.cpus import CGROUP_ROOT, read_setting
 MEMINFO = Path("/proc/meminfo")
 PROC_CGROUP = Path("/proc/self/cgroup")
 NO_LIMIT = 2**60  # cgroup v1 says "unlimited" with PAGE_COUNTER_MAX, about 2**63
+CACHE_FRACTION = 0.8  # of the page-cache room a dataset may fill and still count as cached
 
 
 def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:
@@ -73,3 +77,9 @@ def page_cache_room(proc: Path = PROC_CGROUP, root: Path = CGROUP_ROOT, info: Pa
             rooms.append(max(cg["limit"] - max((cg["usage"] or 0) - _cached(directory), 0), 0))
     known = [room for room in rooms if room is not None]
     return min(known) if known else None
+
+
+def fits_in_page_cache(nbytes: int, room: Optional[int] = None) -> bool:
+    """Whether ``nbytes`` of files can stay cached (``room`` defaults to ``page_cache_room()``; unknown: yes)."""
+    room = page_cache_room() if room is None else room
+    return room is None or nbytes <= room * CACHE_FRACTION

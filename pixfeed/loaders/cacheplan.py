@@ -2,9 +2,10 @@
 
 * ``storage``: ``"page cache"`` when the dataset's bytes (its manifest's files)
   fit in ``CACHE_FRACTION`` of the page cache this process may keep
-  (``pixfeed.memory.page_cache_room``: ``MemAvailable``, or a cgroup's limit
+  (``pixfeed.memory.fits_in_page_cache``: ``MemAvailable``, or a cgroup's limit
   minus its non-cache usage when smaller); ``"disk"`` otherwise: every epoch
-  reads from storage, and ``order="quasi_random"`` reads it faster.
+  reads from storage (the readers then read without mapping the files), and
+  ``order="quasi_random"`` may read it faster.
 * ``io_ahead``: bytes of records requested from storage ahead of the reader
   (``readahead.Hinter``), default ``min(MAX_IO_AHEAD, room // 8)``; 0 (off) for
   datasets without record byte ranges.  The first epoch of a dataset that fits
@@ -18,10 +19,9 @@ from typing import Any, Optional
 
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.order import ORDERS, quasi_sizes
-from pixfeed.memory import page_cache_room
+from pixfeed.memory import CACHE_FRACTION, fits_in_page_cache, page_cache_room
 from pixfeed.pagecache import Extents
 
-CACHE_FRACTION = 0.8  # of the page-cache room a dataset may fill and still count as cached
 MAX_IO_AHEAD = 256 << 20
 MIN_IO_AHEAD = 1 << 20
 
@@ -48,7 +48,7 @@ def record_extents(dataset: Any, io_ahead: Any) -> Optional[Extents]:
 def choose_storage(nbytes: Optional[int], room: Optional[int]) -> tuple:
     if nbytes is None or room is None:
         return "unknown", "dataset size or free memory unknown"
-    if nbytes <= room * CACHE_FRACTION:
+    if fits_in_page_cache(nbytes, room):
         return "page cache", f"dataset {mib(nbytes)} fits in {mib(room)} of page cache this process may keep"
     return "disk", (f"dataset {mib(nbytes)} > {CACHE_FRACTION:.0%} of {mib(room)} this process may cache: every "
                     f"epoch reads from storage; order='quasi_random' reads it faster")
