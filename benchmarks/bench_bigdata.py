@@ -15,7 +15,8 @@ the over-budget rows.  Everything is measured in one run, as ratios:
   rate; its peak cgroup usage and RSS growth.
 * encoded records (mmap, decoded in workers at 224): cold first epoch with and
   without read-ahead against a warm epoch.
-* warm stored pixels, checksums on and off, against one thread's memory copy.
+* warm stored pixels (batches of 64, as ``pixfeed bench``), checksums on and
+  off, against one thread's memory copy.
 * shuffle quality: mean distinct classes per batch, quasi-random vs full shuffle.
 """
 from __future__ import annotations
@@ -60,12 +61,18 @@ def source(root: Path, count: int) -> Path:
     return root / "src"
 
 
-def epoch(loader) -> dict:
+def epoch(loader, epochs: int = 1) -> dict:
+    """The last of ``epochs`` epochs; the loader (its workers, its mappings) is gone on return."""
+    for _ in range(epochs - 1):
+        for _ in loader:
+            pass
     start, images, nbytes = time.perf_counter(), 0, 0
     for batch, labels in loader:
         images += len(labels)
         nbytes += batch.numel()
     seconds = time.perf_counter() - start
+    del loader
+    gc.collect()
     return {"images_per_s": images / seconds, "bytes_per_s": nbytes / seconds, "images": images}
 
 
@@ -114,12 +121,13 @@ def distinct_classes(dataset, batch: int, **options) -> float:
 
 def encoded_rows(path: Path) -> dict:
     dataset = open_dataset(path, size=224)
-    run = lambda **o: epoch(make_loader(dataset, 128, num_workers=2, seed=1, **o))["images_per_s"]  # noqa: E731
+    run = lambda epochs=1, **o: epoch(make_loader(dataset, 128, num_workers=2, seed=1, **o),  # noqa: E731
+                                      epochs)["images_per_s"]
     cold(path)
     without = run(io_ahead=0)
     cold(path)
     first = run()
-    warm = run()
+    warm = run(epochs=2)
     return {"cold": first, "cold_no_read_ahead": without, "warm": warm}
 
 
@@ -143,12 +151,12 @@ def main() -> None:
     rows = {"sequential": seq}
     rows["cold_shuffled"] = cold_epoch(pixels)["bytes_per_s"]
     rows["cold_shuffled_no_read_ahead"] = cold_epoch(pixels, io_ahead=0)["bytes_per_s"]
+    gc.collect()
     rows["over_budget"] = over_budget(pixels, size // 2) if _memlimit.cgroup_parent() else None
     rows["encoded"] = encoded_rows(encoded)
-    warm_loader = lambda **o: make_loader(open_dataset(pixels, **o), 256, num_workers=0, seed=1)  # noqa: E731
-    epoch(warm_loader())
-    rows["warm_checksums"] = epoch(warm_loader())["bytes_per_s"]
-    rows["warm_no_checksums"] = epoch(warm_loader(checksums=False))["bytes_per_s"]
+    warm_loader = lambda **o: make_loader(open_dataset(pixels, **o), 64, num_workers=0, seed=1)  # noqa: E731
+    rows["warm_checksums"] = epoch(warm_loader(), epochs=2)["bytes_per_s"]
+    rows["warm_no_checksums"] = epoch(warm_loader(checksums=False), epochs=2)["bytes_per_s"]
     rows["memcopy"] = memcopy()["bytes_per_s"]
     dataset = open_dataset(pixels)
     rows["classes_per_batch"] = {"random": distinct_classes(dataset, 256),

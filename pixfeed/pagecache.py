@@ -44,13 +44,22 @@ class Extents:
 
 def will_need(fd: int, starts: np.ndarray, lengths: np.ndarray) -> None:
     """Start reading the byte ranges into the page cache (in file order, touching ranges merged)."""
+    _advise(fd, starts, lengths, os.POSIX_FADV_WILLNEED)
+
+
+def dont_need(fd: int, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Drop the pages wholly inside the byte ranges from the page cache."""
+    _advise(fd, starts, lengths, os.POSIX_FADV_DONTNEED)
+
+
+def _advise(fd: int, starts: np.ndarray, lengths: np.ndarray, advice: int) -> None:
     if not len(starts):
         return
     order = np.argsort(starts, kind="stable")
     begin, end = starts[order], starts[order] + lengths[order]
     breaks = np.flatnonzero(begin[1:] > np.maximum.accumulate(end)[:-1]) + 1
     for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(begin)]):
-        os.posix_fadvise(fd, int(begin[first]), int(end[first:last].max() - begin[first]), os.POSIX_FADV_WILLNEED)
+        os.posix_fadvise(fd, int(begin[first]), int(end[first:last].max() - begin[first]), advice)
 
 
 def _mappings(path: Path) -> List[tuple]:

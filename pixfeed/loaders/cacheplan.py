@@ -10,6 +10,9 @@
   (``readahead.Hinter``), default ``min(MAX_IO_AHEAD, room // 8)``; 0 (off) for
   datasets without record byte ranges.  The first epoch of a dataset that fits
   is cold too, so it is on in both cases; on cached pages a request is a lookup.
+* ``drop_behind``: for a dataset on ``disk``, read-ahead also drops the pages of
+  records read well behind the reader (a cgroup at its limit would otherwise
+  reclaim a page for each page read).
 * ``order``: ``"random"`` (the full shuffle, default) or ``"quasi_random"``
   (``order.py``), whose chunk and window sizes come from ``io_ahead``.
 """
@@ -85,9 +88,22 @@ def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Opti
 
 
 def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: Any, order: str,
-                shuffle: Optional[bool]) -> None:
-    """Fill the plan's ``storage``, ``io_ahead``, ``order`` and ``quasi`` with their reasons."""
+                shuffle: Optional[bool], batch_size: int) -> None:
+    """Fill the plan's ``storage``, ``io_ahead``, ``order``, ``quasi`` and ``drop_behind``."""
     room = page_cache_room()
     plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
     plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
     plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
+    plan.drop_behind = drop_behind(plan, batch_size)
+    if plan.drop_behind is not None and plan.io_ahead:
+        plan.reasons["io_ahead"] += f"; pages of records {plan.drop_behind} positions behind are dropped"
+
+
+def drop_behind(plan: Any, batch_size: int) -> Optional[int]:
+    """Positions behind the sampler whose pages read-ahead drops: None (keep them) when the dataset
+    fits; else every batch the DataLoader may hold in flight (per worker ``prefetch_factor``, in
+    process the reader thread's 2), and one more, so no page is dropped before it is read."""
+    if plan.storage != "disk":
+        return None
+    in_flight = plan.num_workers * (plan.prefetch_factor or 0) if plan.num_workers else 2
+    return (in_flight + 2) * batch_size

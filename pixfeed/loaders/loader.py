@@ -119,7 +119,7 @@ def make_loader(
     extents = None if isinstance(dataset, IterableDataset) else cacheplan.record_extents(dataset, io_ahead)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
-    cacheplan.plan_memory(plan, dataset, extents, io_ahead, order, shuffle)
+    cacheplan.plan_memory(plan, dataset, extents, io_ahead, order, shuffle, batch_size)
     if plan.sharing_strategy == "file_system":
         fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
     source = BatchReader(dataset) if plan.path == "batch" else dataset
@@ -188,7 +188,7 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
     sampler = ResumableSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
                                  shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
     sampler.quasi = plan.quasi
-    sampler.hints = Hinter(extents, plan.io_ahead) if plan.io_ahead else None
+    sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}
 
 

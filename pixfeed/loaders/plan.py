@@ -71,6 +71,7 @@ class LoaderPlan:
     io_ahead: int = 0
     order: str = "random"
     quasi: Optional[Tuple[int, int]] = None
+    drop_behind: Optional[int] = None
     reasons: Dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:

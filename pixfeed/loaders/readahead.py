@@ -15,7 +15,11 @@ against 105-120% with eighths, same run).  The requests run in their own thread 
 allocates the pages and queues the reads before the call returns (a third of
 a cold epoch when the reader made them itself); the call releases the GIL.
 Small files read for every record (labels, checksums) are requested whole at
-the start of each epoch.
+the start of each epoch.  For a dataset larger than the page cache
+(``drop_behind``), each top-up also drops the pages of records handed out
+that many positions ago (``posix_fadvise(DONTNEED)``; only pages wholly
+inside them): they would not be read again this epoch, and a cgroup at its
+limit otherwise reclaims a page for every page it reads.
 
 It runs where the sampler runs, the training process, and serves readers in
 the same process and in workers alike: the page cache is shared.  The indices
@@ -32,24 +36,25 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import numpy as np
 
-from pixfeed.pagecache import Extents, will_need
+from pixfeed.pagecache import Extents, dont_need, will_need
 
 REFILLS = 8  # the budget is topped up in steps of 1/REFILLS of it
 
 
 class Hinter:
-    """Requests the next ``budget`` bytes of records in the order given to ``follow``."""
+    """Requests the next ``budget`` bytes of records in the order given to ``follow``; with
+    ``drop_behind``, drops the pages of records that many positions behind the one handed out."""
 
-    def __init__(self, extents: Extents, budget: int) -> None:
-        self.extents, self.budget = extents, budget
+    def __init__(self, extents: Extents, budget: int, drop_behind: Optional[int] = None) -> None:
+        self.extents, self.budget, self.drop_behind = extents, budget, drop_behind
 
     def follow(self, indices: List[int]) -> Iterator[int]:
         idx = np.asarray(indices, dtype=np.int64)
-        requests = _Requests(self.extents, idx, self.budget)
+        requests = _Requests(self.extents, idx, self.budget, self.drop_behind)
         requests.start()
         try:
             for pos, index in enumerate(indices):
@@ -62,9 +67,9 @@ class Hinter:
 class _Requests(threading.Thread):
     """The thread that issues the requests, woken as the handed-out position moves."""
 
-    def __init__(self, extents: Extents, idx: np.ndarray, budget: int) -> None:
+    def __init__(self, extents: Extents, idx: np.ndarray, budget: int, drop_behind: Optional[int]) -> None:
         super().__init__(name="pixfeed-io-ahead", daemon=True)
-        self.extents, self.budget = extents, budget
+        self.extents, self.budget, self.drop_behind, self.dropped = extents, budget, drop_behind, 0
         self.starts, self.lengths = extents.starts[idx], extents.lengths[idx]
         self.ends = np.cumsum(self.lengths)
         self.position, self.hinted, self.stopped = 0, 0, False
@@ -97,8 +102,17 @@ class _Requests(threading.Thread):
                 stop = max(int(np.searchsorted(self.ends, done + self.budget, "right")), self.position + 1)
                 will_need(fd, self.starts[self.hinted:stop], self.lengths[self.hinted:stop])
                 self.hinted = stop
+                self._drop(fd)
         finally:
             os.close(fd)
+
+
+    def _drop(self, fd: int) -> None:
+        if self.drop_behind is None or self.position - self.drop_behind <= self.dropped:
+            return
+        end = self.position - self.drop_behind
+        dont_need(fd, self.starts[self.dropped:end], self.lengths[self.dropped:end])
+        self.dropped = end
 
 
 def _request_whole(paths: List) -> None:
