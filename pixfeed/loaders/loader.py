@@ -177,7 +177,7 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
         _split_iterable(source, plan.world)
         return {"collate_fn": collate_fn}
     sampler = ResumableSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
-                                 shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
+                               shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
     return {"sampler": sampler, "collate_fn": collate_fn}
 
 
