@@ -22,6 +22,7 @@ from pixfeed import registry
 from pixfeed.cli import main
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import OptionError, SourceError
+from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
 
 ray = pytest.importorskip("ray", reason="needs the ray extra (pip install 'pixfeed[ray]'; the test extra has it)")
@@ -144,3 +145,16 @@ def _open_when_read(fifo: Path, proc: subprocess.Popen) -> int:
             time.sleep(0.05)
     proc.kill()
     pytest.fail(f"the pack never reached the FIFO (exit {proc.poll()}): {proc.communicate()[1]}")
+
+
+def test_pack_from_and_to_a_bucket(cluster, src, tmp_path, bucket, s3_server):
+    """Ray tasks read their slices from the S3 test server and the pack is uploaded there."""
+    from test_s3 import upload_tree
+
+    so = s3_server.options
+    upload_tree(src, f"{bucket}/train", so)
+    opts = {"store": "pixels", "size": 8, "shard_size": 5}
+    local = pack(src, tmp_path / "local", "wds", workers=2, **opts)
+    both = pack(f"{bucket}/train", f"{bucket}/wds", "wds", executor="ray", storage_options=so, **opts)
+    assert both["files"] == local["files"] and both["shards"] == local["shards"]
+    assert read_manifest(f"{bucket}/wds", so)["files"] == local["files"]

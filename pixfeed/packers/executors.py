@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import signal
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
@@ -38,9 +38,9 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
     result = TaskResult(task)
 
     def records() -> Iterator[Record]:
-        for i in indices:
+        for i, data in writer.source.fetch(indices):
             try:
-                rec = load_record(writer.source, int(i), writer.opts, result.notes)
+                rec = load_record(writer.source, i, writer.opts, result.notes, data)
             except SourceError as e:
                 if writer.opts.on_error == "fail":
                     raise
@@ -56,8 +56,10 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
     return result
 
 
-def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", progress: bool) -> List[TaskResult]:
-    """Run ``tasks`` on ``executor``; the driver's join.  Results sorted by task."""
+def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", progress: bool,
+              done: Callable[[TaskResult], None] = lambda r: None) -> List[TaskResult]:
+    """Run ``tasks`` on ``executor``; the driver's join (``done`` sees each result after
+    the writer).  Results sorted by task."""
     from .._progress import Bar
 
     results = []
@@ -66,6 +68,7 @@ def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", pro
         for r in outputs:
             results.append(r)
             writer.task_done(r)
+            done(r)
             bar.update(len(tasks[r.task]))
     return sorted(results, key=lambda r: r.task)
 

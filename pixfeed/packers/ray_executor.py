@@ -25,6 +25,7 @@ which is how the tests kill a worker mid-task.  Never set it outside tests.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Iterator, List, Optional
@@ -49,23 +50,26 @@ def _task(holder: list, task: int, indices: np.ndarray) -> TaskResult:
     if key not in _WRITERS:
         _WRITERS.clear()
         _WRITERS[key] = ray.get(holder[0])
-    return run_task(_WRITERS[key], task, _crash_hook(task, indices))
+    return run_task(_crash_hook(_WRITERS[key], task), task, indices)
 
 
-def _crash_hook(task: int, indices: np.ndarray):
-    """``indices``, or (test-only, see the module docstring) indices that exit the worker after the first."""
+def _crash_hook(writer: Writer, task: int) -> Writer:
+    """``writer``, or (test-only, see the module docstring) a copy whose ``write_task``
+    exits the worker after the first record."""
     folder = os.environ.get(CRASH_DIR_ENV)
     if not folder:
-        return indices
+        return writer
     try:
         os.unlink(os.path.join(folder, f"task-{task}"))
     except FileNotFoundError:
-        return indices
-    return _exit_after_first(indices)
+        return writer
+    crashing = copy.copy(writer)
+    crashing.write_task = lambda t, indices, records: writer.write_task(t, indices, _exit_after_first(records))
+    return crashing
 
 
-def _exit_after_first(indices: np.ndarray) -> Iterator[int]:
-    yield indices[0]
+def _exit_after_first(records: Iterator) -> Iterator:
+    yield next(records)
     os._exit(1)
 
 
