@@ -109,6 +109,8 @@ def test_cli_and_option_errors(cluster, src, tmp_path, capsys):
         pack(src, tmp_path / "x", executor="ray", task_cpus=3.0)
     with pytest.raises(OptionError, match="--task-cpus 0: must be a positive"):
         pack(src, tmp_path / "x", executor="ray", task_cpus=0)
+    with pytest.raises(OptionError, match="--address 127.0.0.1:1: no Ray cluster answers there"):
+        pack(src, tmp_path / "x", executor="ray", address="127.0.0.1:1")
     with pytest.raises(OptionError, match="--address applies to --executor ray only"):
         pack(src, tmp_path / "x", address="127.0.0.1:6379")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cli"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import socket
 from typing import Iterator, List, Optional
 
 import numpy as np
@@ -82,6 +83,8 @@ class RayExecutor(Executor):
             raise OptionError(f"--task-cpus {task_cpus}: must be a positive number of CPUs")
         self.address, self.task_cpus = address, task_cpus or 1
         self._started = False
+        if address:
+            _check_reachable(address)
 
     def __enter__(self) -> "RayExecutor":
         if not ray.is_initialized():
@@ -116,6 +119,19 @@ class RayExecutor(Executor):
                 yield _result(done[0])
         finally:
             _cancel(pending)
+
+
+def _check_reachable(address: str) -> None:
+    """Refuse a HOST:PORT nobody listens on (Ray would retry it for minutes); other forms
+    (``auto``, ``ray://...``) are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise OptionError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+                          "start one with `ray start --head` or give the head node's HOST:PORT") from None
 
 
 def _result(ref) -> TaskResult:
