@@ -7,7 +7,10 @@
    once before, as a cluster is up before its jobs), alternating, best of
    ``--reps`` each, for mmap pixels (decode-bound) and mmap encoded (I/O and
    overhead-bound).  Prints images/s and ray/local.  Ray's start-up is timed
-   apart.
+   apart.  Each local pack runs in a child process of its own session (timed
+   inside it, start-up excluded), as Ray's processes do: with Linux's
+   autogroup scheduling, a session shares a loaded machine's CPUs as a group,
+   so a pool in this script's session would get less than Ray's workers.
 2. Plan scale (in a fresh process, so its peak RSS is the driver's): a
    synthetic listing of ``--files`` paths (ImageNet-like names and sizes), the
    mmap and wds plans for a 64-CPU cluster, the writer as ``ray.put`` ships it
@@ -37,10 +40,17 @@ from pixfeed.source import Source
 CLUSTER_CPUS = 64
 
 
-def pack_seconds(src: str, out: Path, store: str, executor: str) -> float:
+def timed_pack(src: str, out: Path, store: str, executor: str) -> float:
     start = time.perf_counter()
     pack(src, out, "mmap", store=store, size=224, overwrite=True, executor=executor)
     return time.perf_counter() - start
+
+
+def pack_seconds(src: str, out: Path, store: str, executor: str) -> float:
+    if executor == "ray":
+        return timed_pack(src, out, store, executor)
+    cmd = [sys.executable, __file__, src, "--time-local", str(out), "--store", store]
+    return float(subprocess.run(cmd, check=True, capture_output=True, text=True, start_new_session=True).stdout)
 
 
 def rates(src: str, reps: int) -> None:
@@ -93,7 +103,11 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--files", type=int, default=1_000_000)
     p.add_argument("--plan-only", action="store_true", help="only the plan-scale part, in this process")
+    p.add_argument("--time-local", metavar="DST", help="(internal) print the seconds of one local pack to DST")
+    p.add_argument("--store", default="pixels")
     args = p.parse_args()
+    if args.time_local:
+        return print(timed_pack(args.src, Path(args.time_local), args.store, "local"))
     if args.plan_only:
         return plan_scale(args.files)
     rates(args.src, args.reps)
