@@ -16,7 +16,7 @@ from .errors import PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
-from .storage import add_argument, options_from_args
+from .storage_options import add_argument, options_from_args
 from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
