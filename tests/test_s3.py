@@ -57,6 +57,8 @@ def test_pack_from_bucket_to_local_and_to_bucket(tree, tmp_path, bucket, s3_serv
     local = pack(tree, tmp_path / "ref", "lmdb", workers=2)
     from_bucket = pack(f"{bucket}/train", tmp_path / "got", "lmdb", workers=2, storage_options=so)
     assert from_bucket["files"] == local["files"] and from_bucket["classes"] == local["classes"]
+    with pytest.raises(OptionError, match="inside the source"):
+        pack(f"{bucket}/train", f"{bucket}/train/packed", "wds", storage_options=so)
     both = pack(f"{bucket}/train", f"{bucket}/wds", "wds", store="pixels", size=8, workers=2, storage_options=so)
     ref = pack(tree, tmp_path / "ref-wds", "wds", store="pixels", size=8, workers=2)
     assert both["files"] == ref["files"]
