@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import signal
@@ -10,11 +11,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from ._progress import shown
 from .errors import PixfeedError
+from .layouts.hdf5 import COMPRESSIONS
+from .manifest import STORES
+from .registry import FORMATS
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
-    "pixfeed.verify:add_command",
+    "pixfeed.verify_cli:add_command",
     "pixfeed.diagnose.cli:add_doctor",
     "pixfeed.diagnose.cli:add_profile",
     "pixfeed.bench.cli:add_command",
@@ -22,8 +27,8 @@ COMMANDS: list = [
 
 
 def _pack_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="mmap", help="mmap, lmdb, hdf5 or wds (default: mmap)")
-    p.add_argument("--store", choices=("pixels", "encoded"),
+    p.add_argument("--format", default="mmap", choices=list(FORMATS), help="the format (default: mmap)")
+    p.add_argument("--store", choices=STORES,
                    help="pixels: decoded uint8 RGB (default for mmap); encoded: the image files' bytes (default otherwise)")
     p.add_argument("--size", default="256", help="pixels mode: output size S or HxW (default 256)")
     p.add_argument("--resize", default="crop", choices=("crop", "pad", "stretch"),
@@ -37,22 +42,19 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
     p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
+    # format-specific: refused by pack for a format that does not take them (pixfeed.registry)
     p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")
     p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
-    p.add_argument("--seed", type=int, default=0, help="wds: seed of the pre-shard shuffle (default 0)")
-    p.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="wds: keep source order")
-    p.add_argument("--compression", choices=("lzf", "gzip"), help="hdf5: compress pixel chunks")
+    p.add_argument("--seed", type=int, help="wds: seed of the pre-shard shuffle (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="wds: keep source order")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5: compress pixel chunks")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
 
 
 def _pack_options(args) -> dict:
-    keys = ("store", "size", "resize", "max_side", "quality", "ext", "workers", "on_error", "overwrite",
-            "max_pixels", "full_check", "shard_size", "shard_bytes", "seed", "shuffle", "compression")
-    return {k: getattr(args, k) for k in keys}
+    from .packers.options import PackOptions
 
-
-def _progress(args) -> bool:
-    return not args.quiet and sys.stderr.isatty()
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(PackOptions)}
 
 
 def _human(n: float) -> str:
@@ -67,7 +69,7 @@ def cmd_pack(args) -> int:
     from .packers import pack
 
     start = time.perf_counter()
-    m = pack(args.src, args.dst, args.format, progress=_progress(args), **_pack_options(args))
+    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), **_pack_options(args))
     if not args.quiet:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
@@ -128,7 +130,7 @@ def cmd_demo(args) -> int:
     src, dst = work / "sample", work / "packed-mmap"
     make_sample(src, args.count)
     print(f"1. wrote {args.count} synthetic images to {src}")
-    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=_progress(args))
+    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
     print(f"2. packed them to {dst}: {m['count']} records, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
     ds = MmapImageDataset(dst)
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)

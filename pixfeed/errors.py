@@ -1,9 +1,12 @@
-"""Error types. Every pixfeed error names the file, record or option at fault.
+"""Error types, and ``require_int`` for integer options. Every pixfeed error names the file, record or
+option at fault.
 
 Each error also derives from the matching builtin so callers can catch either
 (``except FileNotFoundError`` keeps working).
 """
 from __future__ import annotations
+
+from typing import Any
 
 
 class PixfeedError(Exception):
@@ -36,3 +39,12 @@ class CorruptDataError(DatasetError):
 
 class ImageDecodeError(SourceError):
     """Bytes that should hold an image cannot be decoded safely."""
+
+
+def require_int(name: str, value: Any, minimum: int, auto: bool = False) -> int:
+    """``value`` if it is an integer >= ``minimum`` (not a bool), else an OptionError naming ``name``;
+    ``auto`` says that the caller also takes "auto" (checked before calling)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        either = "'auto' or " if auto else ""
+        raise OptionError(f"{name} must be {either}an integer >= {minimum}, not {value!r}")
+    return value

@@ -5,7 +5,7 @@ directory with a manifest is a finished dataset.  Fields::
 
     magic            "pixfeed-dataset"
     layout_version   integer; readers refuse versions they do not know
-    format           "mmap" | "lmdb" | "hdf5" | "wds"
+    format           a name in pixfeed.registry.FORMATS ("mmap" | "lmdb" | "hdf5" | "wds")
     count            number of records
     classes          sorted class names, or null for a flat source
     store            "pixels" (decoded uint8 RGB, HxWx3) | "encoded" (image file bytes)
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatasetError, DatasetNotFoundError
+from .registry import FORMATS
 
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"
 MAGIC = "pixfeed-dataset"
 LAYOUT_VERSION = 1
-FORMATS = ("mmap", "lmdb", "hdf5", "wds")
 STORES = ("pixels", "encoded")
 
 
@@ -60,16 +60,12 @@ def read_manifest(root: str | os.PathLike) -> dict:
         raise DatasetError(f"{root}: not a directory; a pixfeed dataset is a directory holding {MANIFEST_NAME}")
     if not path.is_file():
         raise DatasetError(f"{root}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with 'pixfeed pack'")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DatasetError(f"{path}: manifest is not valid JSON ({e})") from None
-    validate(manifest, path)
-    return manifest
+    return parse_manifest(path.read_bytes(), path)
 
 
-def parse_manifest(text: str | bytes, where: str = MANIFEST_NAME) -> dict:
-    """Parse manifest text; used by read_manifest and by the property tests."""
+def parse_manifest(text: str | bytes, where: object = MANIFEST_NAME) -> dict:
+    """Parse and validate manifest text: the one parser, used by read_manifest and
+    fuzzed by the property tests."""
     try:
         manifest = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
@@ -91,7 +87,8 @@ def validate(m: Any, where: object) -> None:
     _require(v == LAYOUT_VERSION, where,
              f"layout_version {v} is not supported by this pixfeed (it reads version {LAYOUT_VERSION}); "
              "upgrade pixfeed or re-pack the dataset")
-    _require(m.get("format") in FORMATS, where, f"unknown format {m.get('format')!r}; expected one of {', '.join(FORMATS)}")
+    _require(isinstance(m.get("format"), str) and m["format"] in FORMATS, where,
+             f"unknown format {m.get('format')!r}; expected one of {', '.join(FORMATS)}")
     _require(m.get("store") in STORES, where, f"unknown store {m.get('store')!r}; expected one of {', '.join(STORES)}")
     n = m.get("count")
     _require(isinstance(n, int) and not isinstance(n, bool) and n >= 0, where, f"count {n!r} is not a non-negative integer")

@@ -1,4 +1,4 @@
-"""``pixfeed verify DST [--deep]``: check a packed dataset against its manifest.
+"""Check a packed dataset against its manifest (``pixfeed verify``, in ``verify_cli.py``).
 
 Works for every format from the manifest and the format's reader, and reports
 every problem it finds (not only the first), each naming the file, shard,
@@ -93,13 +93,14 @@ def _check_count(root: Path, manifest: dict) -> Iterator[str]:
 
 def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
     from .datasets import open_dataset
+    from .datasets.protocol import CheckedReads
 
     try:
-        ds = open_dataset(root, verify=True)
-        if not hasattr(ds, "_checked"):
+        ds = open_dataset(root, checksums=True)
+        if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return
-        _ = ds.handle  # opening checks every data file's size
+        ds.check_files()
     except (PixfeedError, OSError) as e:
         yield f"records not checked: {e}"
         return
@@ -117,7 +118,7 @@ def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progr
 def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
     """(index, stored, label, problem) per record; a chunk that fails is re-read one by one."""
     try:
-        idx, stored, labels = ds._checked(list(chunk))
+        idx, stored, labels = ds.read_checked(list(chunk))
     except Exception:  # noqa: BLE001 - re-read record by record, to name each bad one
         yield from (_read_one(ds, i, report) for i in chunk)
         return
@@ -127,7 +128,7 @@ def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
 
 def _read_one(ds, i: int, report: Report) -> tuple:
     try:
-        _, stored, labels = ds._checked([i])
+        _, stored, labels = ds.read_checked([i])
     except Exception as e:  # noqa: BLE001 - a reader's library may raise its own types on damage
         msg = str(e) if isinstance(e, PixfeedError) else f"cannot read ({type(e).__name__}: {e})"
         return i, None, None, msg if f"record {i}" in msg else f"{ds.where(i)}: {msg}"
@@ -172,28 +173,3 @@ def _shape_problem(where: str, stored, manifest: dict) -> Optional[str]:
     except PixfeedError as e:
         return str(e)
     return None if got == want else f"{where}: decodes to shape {got}, but {want} was recorded"
-
-
-def cmd_verify(args) -> int:
-    from ._progress import Bar
-
-    from .cli import _progress
-
-    total = read_manifest(args.dst)["count"]
-    with Bar(total=total, unit="rec", disable=not _progress(args), dynamic_ncols=True) as bar:
-        report = verify(args.dst, deep=args.deep, progress=bar.update)
-    for problem in report.problems:
-        print(f"FAIL {problem}")
-    if not args.quiet or report.problems:
-        state = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        print(f"{state}: {args.dst}: {report.files} files and {report.records} of {total} records checked"
-              f"{' and decoded' if args.deep else ''}")
-    return 0 if report.ok else 1
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("verify", help="check a packed dataset's files and records against its manifest")
-    p.add_argument("dst", help="packed dataset directory")
-    p.add_argument("--deep", action="store_true", help="also decode every record and check its shape")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only problems")
-    p.set_defaults(func=cmd_verify)

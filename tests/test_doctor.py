@@ -10,7 +10,7 @@ import pytest
 from pixfeed.cli import main
 from pixfeed.diagnose import storage, system
 from pixfeed.diagnose.doctor import diagnose, render
-from pixfeed.loaders import cpus
+from pixfeed import cpus
 
 MiB, GiB = 2**20, 2**30
 StatVFS = namedtuple("StatVFS", "f_blocks f_frsize f_bavail")

@@ -23,7 +23,7 @@ pytest.importorskip("lightning")
 from conftest import make_tree  # noqa: E402
 from frameworks.common import BATCH, COUNT, datasets, identities  # noqa: E402
 from pixfeed.loaders import PixfeedLoader, make_loader  # noqa: E402
-from pixfeed.loaders.world import World  # noqa: E402
+from pixfeed.world import World  # noqa: E402
 from pixfeed.packers import pack  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "frameworks"

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import List, Union
 
 from ..errors import OptionError
-from ..registry import KNOWN
-
-STORES = ("encoded", "pixels")  # the runner (torch, every format) is imported only when bench runs
+from ..manifest import STORES
+from ..registry import FORMATS
 
 
 def _names(value: str, allowed: tuple, what: str) -> List[str]:
@@ -37,8 +36,8 @@ def add_command(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark every format on your images against the machine's limits",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("src", nargs="?", type=Path, help="image folder (default: a synthetic sample of --count images)")
-    p.add_argument("--formats", default=",".join(KNOWN), help=f"comma-separated (default {','.join(KNOWN)})")
-    p.add_argument("--store", default=",".join(STORES), help="encoded, pixels or both (default encoded,pixels)")
+    p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated (default {','.join(FORMATS)})")
+    p.add_argument("--store", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)} (default: all)")
     p.add_argument("--size", default="224", help="delivered image size S or HxW (default 224)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
@@ -60,7 +59,7 @@ def config(args: argparse.Namespace):
             raise OptionError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
     if args.max_side < 0:
         raise OptionError(f"--max-side {args.max_side}: expected 0 (no such row) or a size in pixels")
-    return BenchConfig(src=args.src, formats=_names(args.formats, KNOWN, "formats"),
+    return BenchConfig(src=args.src, formats=_names(args.formats, tuple(FORMATS), "formats"),
                        stores=_names(args.store, STORES, "store"), size=args.size, batch_size=args.batch_size,
                        epochs=args.epochs, workers=_workers(args.workers), cold=args.cold, count=args.count,
                        max_side=args.max_side or None)

@@ -6,9 +6,10 @@ the ceiling measured just before it and to the plain-DataLoader baseline.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from ..manifest import write_json_atomic
+from ..texttable import table
 from .machine import summary
 
 READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline", "1st batch s",
@@ -34,12 +35,6 @@ def _pack_cells(row: dict) -> List[str]:
     p = row["pack"]
     return [row["name"], f"{p['seconds']:.1f}", f"{p['images_per_s']:,.0f}", f"{p['mb_per_s']:,.0f}",
             f"{row['pack_ratio']:.0%}", _ceiling(p["ceiling"]), f"{p['size_ratio']:.2f}x"]
-
-
-def table(head: Sequence[str], rows: List[List[str]]) -> List[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
 
 
 def markdown(result: dict) -> str:

@@ -9,8 +9,9 @@ time to at most ``max_side`` pixels, to show what that does to size and speed.  
 read measures its own ceiling just before and after it runs (decode in the
 same number of processes, memory copy or file copy), so its ratio holds on a
 busy machine.
-Formats that are not registered, or whose pack or read fails, are listed in
-``unavailable`` with the reason; the others still run.
+A format or store mode that does not exist is refused before any work;
+formats whose pack or read fails are listed in ``unavailable`` with the
+reason, and the others still run.
 """
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
+from .. import pagecache
+from ..cpus import available_cpus
 from ..decode import parse_size
-from ..loaders import available_cpus, make_loader
-from ..registry import FORMATS, KNOWN
+from ..errors import OptionError
+from ..loaders import make_loader
+from ..manifest import STORES
+from ..registry import FORMATS
 from ..source import scan
-from . import ceilings, machine, pagecache
-from .cli import STORES
+from . import ceilings, machine
 from .packing import pack_measured, storage
 from .reading import FolderDataset, plain_loader, read_epochs
 from .targets import judge
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class BenchConfig:
     src: Optional[Path] = None            # image folder; None = a synthetic sample of ``count`` images
-    formats: Sequence[str] = KNOWN
+    formats: Sequence[str] = tuple(FORMATS)
     stores: Sequence[str] = STORES
     size: Union[int, str] = 224
     batch_size: int = 64
@@ -49,6 +53,11 @@ class BenchConfig:
     count: int = 500
     pack_workers: Optional[int] = None    # None = the usable CPUs
     max_side: Optional[int] = 384         # one more encoded row packed with --max-side; None or 0: none
+
+    def __post_init__(self) -> None:
+        for what, names, known in (("format", self.formats, FORMATS), ("store", self.stores, STORES)):
+            if not names or set(names) - set(known):
+                raise OptionError(f"bench {what}s {list(names)!r}: expected some of {', '.join(known)}")
 
 
 class Bench:
@@ -77,7 +86,8 @@ class Bench:
         if not max_side:
             return self.blobs
         if max_side not in self.shrunk:
-            from ..packers.records import PackOptions, load_record
+            from ..packers.options import PackOptions
+            from ..packers.records import load_record
 
             opts = PackOptions(store="encoded", max_side=max_side)
             self.shrunk[max_side] = [bytes(load_record(self.source, i, opts, []).data)
@@ -164,9 +174,6 @@ def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
 
 
 def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optional[int] = None) -> None:
-    if fmt not in FORMATS:
-        result["unavailable"][fmt] = f"format {fmt!r} is not registered (registered: {', '.join(FORMATS)})"
-        return
     try:
         result["rows"].append(bench.format_row(fmt, store, max_side))
     except Exception as e:  # one broken format must not hide the others' figures

@@ -6,5 +6,5 @@ from ..registry import reader_class
 
 
 def open_dataset(path, transform=None, **kwargs):
-    """Open any pixfeed dataset; keyword arguments go to the reader (size=, crop=, verify=, ...)."""
+    """Open any pixfeed dataset; keyword arguments go to the reader (size=, crop=, checksums=, ...)."""
     return reader_class(read_manifest(path)["format"])(path, transform, **kwargs)

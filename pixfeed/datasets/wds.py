@@ -1,4 +1,4 @@
-"""Reader of the WebDataset format (layout: pixfeed.packers.wds), an IterableDataset.
+"""Reader of the WebDataset format (layout: pixfeed.layouts.wds), an IterableDataset.
 
 Record ``i`` is the ``i``-th sample in manifest shard order (``keys.json[i]``
 is its key).  Each epoch (``set_epoch``) is split like this:
@@ -33,7 +33,7 @@ loaders split the batches themselves, so the dataset yields them all
 (``World.detect(wrapped=True)``).  A ``make_loader`` loader sets them when
 each epoch starts.  Each sample is checked: the image
 member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
-exists, its xxh3_64 matches the ``.json`` (unless ``verify=False``), the
+exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
 count.  Shards are read with webdataset's tar iterators; its decoders are never
 used, bytes become pixels only in ``pixfeed.decode``.
@@ -55,7 +55,8 @@ from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError
-from ..loaders.world import World
+from ..layouts.wds import META_EXTENSION, image_extensions
+from ..world import World
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
@@ -63,10 +64,10 @@ _WARNED: set = set()
 
 
 class WdsImageDataset(ImageRecords, IterableDataset):
-    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", verify=True,
-    shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
+    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None, checksums=True,
+    exact=False, shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
 
-    ``size``, ``crop``, ``verify`` and any other option go to ImageRecords."""
+    ``size``, ``crop``, ``checksums`` and any other option go to ImageRecords."""
     format = "wds"
     epoch_in_shared_memory = True  # persistent workers see set_epoch (pixfeed.loaders.plan)
 
@@ -98,7 +99,11 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         if self._own_world:
             self.rank, self.world_size = _world(None, None)
 
-    def _open(self) -> list:
+    def shard_paths(self) -> list:
+        """The shards' paths, in manifest order; checks their presence and size once per process."""
+        if self._pid != os.getpid():
+            self.check_files()
+            self._pid = os.getpid()
         return [self.path / s["name"] for s in self.shards]
 
     def where(self, i: int) -> str:
@@ -106,7 +111,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         return f"{super().where(i)} in shard {shard['name']}"
 
     def __iter__(self) -> Iterator:
-        paths = self.handle  # checks every shard's presence and size, once per process
+        paths = self.shard_paths()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
@@ -174,13 +179,13 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _decode(self, s: int, i: int, sample: dict):
         where = f"{self.path / self.shards[s]['name']}: member key {sample['__key__']!r} (record {i})"
-        exts = ("npy",) if self.store == "pixels" else ("jpg", "png")
+        exts = image_extensions(self.store)
         data = next((sample[e] for e in exts if e in sample), None)
         if data is None:
             found = sorted(k for k in sample if not k.startswith("__"))
             raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
         expected, label = _meta(sample, where, i)
-        self.check(data, expected, i)
+        self.check_checksum(data, expected, i)
         return self.sample(self._array(data, where) if self.store == "pixels" else data, label, i)
 
     def _array(self, data: bytes, where: str) -> np.ndarray:
@@ -197,7 +202,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
     """(checksum, label) from the ``.json`` member, whose index must be ``i``."""
     try:
-        meta = json.loads(sample["json"])
+        meta = json.loads(sample[META_EXTENSION])
         expected, label, index = int(meta["xxh3_64"], 16), int(meta["label"]), meta["index"]
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptDataError(f"{where}: missing or damaged .json member ({type(e).__name__}: {e})") from None

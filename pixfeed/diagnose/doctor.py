@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from pixfeed.diagnose import devices, storage, system
-from pixfeed.bench.report import table
+from pixfeed.texttable import table
 from pixfeed.diagnose.finding import Finding
-from pixfeed.loaders.cpus import available_cpus
+from pixfeed.cpus import available_cpus
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from pixfeed.bench.report import table
+from pixfeed.texttable import table
 
 INPUT_BOUND = 0.10
 SLOW_COPY = 0.010

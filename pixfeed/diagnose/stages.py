@@ -5,7 +5,7 @@ split that wait, ``sample_stages`` reads a few of the loader's own batches (the
 same indices, dataset and collate function) in the calling process, with a
 timer around each stage hook of the dataset:
 
-* read: ``_read`` and ``check`` (fetching stored bytes, checksum included),
+* read: ``read_stored`` and ``check_checksum`` (fetching stored bytes, checksum included),
 * decode: ``pixels`` (decode, crop and resize to the requested size),
 * transform: the dataset's ``transform``,
 * collate: the loader's ``collate_fn``; on the batch path (``get_batch``) the
@@ -31,7 +31,7 @@ from pixfeed.loaders.batch import BatchReader
 from pixfeed.loaders.seeding import preserved_rngs
 
 STAGES = ("read", "decode", "transform", "collate", "other")
-HOOKS = {"_read": "read", "check": "read", "pixels": "decode", "transform": "transform"}
+HOOKS = {"read_stored": "read", "check_checksum": "read", "pixels": "decode", "transform": "transform"}
 
 
 def _timed(fn: Callable[..., Any], stage: str, seconds: Dict[str, float]) -> Callable[..., Any]:

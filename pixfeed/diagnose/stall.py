@@ -24,17 +24,13 @@ import torch
 
 from pixfeed.diagnose.report import StallReport, Step
 from pixfeed.diagnose.stages import sample_stages
-from pixfeed.errors import OptionError
+from pixfeed.errors import require_int
+from pixfeed.loaders.collate import batch_images
 
 
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def batch_images(batch: Any) -> int:
-    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
-    return len(first) if hasattr(first, "__len__") else 1
 
 
 def _move(batch: Any, device: Any) -> Any:
@@ -43,12 +39,6 @@ def _move(batch: Any, device: Any) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(_move(item, device) for item in batch)
     return batch
-
-
-def check_count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
 
 
 class StallMeter:
@@ -112,9 +102,9 @@ def profile_loader(loader: Iterable[Any], steps: int = 50, step_fn: Optional[Cal
     ``device="auto"`` copies batches to CUDA when it is available (None: no copy);
     ``stage_batches`` batches are then read in this process to split the wait by stage.
     """
-    check_count("steps", steps, 1)
-    check_count("warmup", warmup, 0)
-    check_count("stage_batches", stage_batches, 0)
+    require_int("steps", steps, 1)
+    require_int("warmup", warmup, 0)
+    require_int("stage_batches", stage_batches, 0)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else None
     with StallMeter(warmup=warmup) as meter:

@@ -2,7 +2,7 @@
 
 The files are a pixfeed dataset's data files (from its manifest) or, for any
 other folder, every file below it; the first of them, up to ``limit`` bytes,
-are read in order twice with ``pixfeed.bench.pagecache.read_rate``:
+are read in order twice with ``pixfeed.pagecache.read_rate``:
 
 * cold: the files are first evicted from the page cache (``fsync`` +
   ``posix_fadvise(POSIX_FADV_DONTNEED)``).  The kernel may keep pages (tmpfs,
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from pixfeed.bench.pagecache import read_rate
+from pixfeed.pagecache import read_rate
 from pixfeed.diagnose.finding import OK, WARN, Finding, size
 from pixfeed.errors import PixfeedError
 from pixfeed.manifest import read_manifest

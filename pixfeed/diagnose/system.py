@@ -3,7 +3,7 @@
 Every probe takes the paths it reads (cgroup root, ``/proc/meminfo``, the
 shared-memory directory) so that tests can point it at fake files.
 
-* CPUs: ``loaders.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
+* CPUs: ``pixfeed.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
 * Memory: the cgroup limit (v2 ``memory.max``, v1 ``memory/memory.limit_in_bytes``;
   v1 reports "no limit" as a huge number) and what is free: ``MemAvailable``,
   or less when the cgroup's limit minus its usage is smaller.
@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Dict, Optional
 
+from pixfeed import cpus
+from pixfeed.cpus import CGROUP_ROOT, read_setting
 from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
-from pixfeed.loaders import cpus
-from pixfeed.loaders.cpus import CGROUP_ROOT, _read
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR, SHM_FRACTION
 
@@ -41,7 +41,7 @@ def check_cpus(root: Optional[Path] = None) -> Finding:
 
 
 def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:
-    for text in (_read(root / v2), _read(root / "memory" / v1), _read(root / v1)):
+    for text in (read_setting(root / v2), read_setting(root / "memory" / v1), read_setting(root / v1)):
         if text is not None:
             return int(text) if text.isdigit() and int(text) < NO_LIMIT else None
     return None
@@ -57,7 +57,7 @@ def cgroup_memory(root: Optional[Path] = None) -> Dict[str, Optional[int]]:
 def meminfo(path: Path = MEMINFO) -> Dict[str, int]:
     """/proc/meminfo fields in bytes."""
     fields = {}
-    for line in (_read(path) or "").splitlines():
+    for line in (read_setting(path) or "").splitlines():
         name, _, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():

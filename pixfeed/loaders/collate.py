@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
-from pixfeed.loaders.world import accelerate_splits
+from pixfeed.world import accelerate_splits
 
 
 def _hwc_view(x: Any) -> bool:
@@ -66,3 +66,9 @@ class Collate:
         if contiguous and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
             out = type(out)([out[0].contiguous(), *out[1:]])
         return out
+
+
+def batch_images(batch: Any) -> int:
+    """Images in a batch: the length of its first element (the images of an (images, labels) pair)."""
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    return len(first) if hasattr(first, "__len__") else 1

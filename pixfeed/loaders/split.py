@@ -34,7 +34,7 @@ from typing import Any, Iterator, Optional
 
 from torch.utils.data import DistributedSampler, IterableDataset
 
-from pixfeed.loaders.world import Distributed, World
+from pixfeed.world import Distributed, World
 
 
 class EpochSampler(DistributedSampler):

@@ -19,19 +19,19 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator, List, Optional
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, registry
 from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
-from ..loaders.cpus import available_cpus
+from ..cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..source import scan
-from .records import PackOptions, Record, load_record
+from .options import PackOptions
+from .records import Record, load_record
 from .writer import TaskResult, Writer
 
 _WRITER: Optional[Writer] = None
@@ -124,15 +124,14 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
     """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
 
     Options are the fields of PackOptions (``store``, ``size``, ``workers``,
-    ``on_error``, ``overwrite``, ...).  Raises SourceError or OptionError with
-    the file or option at fault; on any error nothing is left at ``dst``.
+    ``on_error``, ``overwrite``, ...); one that ``format`` does not take (as
+    ``shard_size`` for hdf5) raises OptionError naming the formats that take it.
+    Raises SourceError or OptionError with the file or option at fault; on any
+    error nothing is left at ``dst``.
     """
-    from ..registry import writer_class
-
-    cls = writer_class(format)
-    opts = PackOptions(**options)
-    opts.store = opts.store or cls.default_store
-    opts.check()
+    fmt = registry.get(format)
+    opts = PackOptions.create(**options).resolve(fmt)
+    cls = registry.writer_class(format)
     dst = Path(dst)
     if dst.exists() or dst.is_symlink():
         _check_replaceable(dst, opts.overwrite)
@@ -159,7 +158,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
             raise SourceError(f"source {source.root}: every image was skipped; first reason: {skipped[0]['reason']}")
         extra = writer.finish(kept, results)
         write_json_atomic(tmp / KEYS_NAME, [source.keys[i] for i in kept])
-        manifest = _manifest(format, source, opts, kept, results, skipped, extra, tmp)
+        manifest = _manifest(fmt, source, opts, kept, results, skipped, extra, tmp)
         manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
                              "source_bytes": int(source.sizes.sum()),
                              "stored_bytes": sum(r.stored_bytes for r in results)}
@@ -200,15 +199,13 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         if p.is_file():
             rel = p.relative_to(tmp).as_posix()
             files[rel] = {"bytes": p.stat().st_size, "xxh3_64": hashed.get(rel) or file_hash(p)}
-    options = {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "workers")}
-    options["size"] = list(opts.size) if opts.size else None
     return {
-        "magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": format,
+        "magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": format.name,
         "count": int(len(kept)), "classes": source.classes, "store": opts.store,
         "shape": [*opts.size, 3] if opts.store == "pixels" else None,
         "checksum": ALGORITHM, "keys_file": KEYS_NAME, "files": files,
         "skipped": skipped, "notes": source.notes + [n for r in results for n in r.notes],
-        "options": options, "pixfeed_version": __version__,
+        "options": opts.recorded(format), "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }

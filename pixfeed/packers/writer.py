@@ -8,7 +8,8 @@ from typing import Iterator, List
 import numpy as np
 
 from ..source import Source
-from .records import PackOptions, Record
+from .options import PackOptions
+from .records import Record
 
 
 @dataclass
@@ -30,9 +31,6 @@ class Writer:
     ``write_task`` runs in a worker, consumes the task's records and writes the
     task's own output.
     """
-    format = ""
-    default_store = "encoded"
-
     def __init__(self, root: Path, source: Source, opts: PackOptions):
         self.root, self.source, self.opts = root, source, opts
 
