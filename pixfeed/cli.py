@@ -16,6 +16,7 @@ from .errors import PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
+from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
@@ -57,12 +58,6 @@ def _pack_options(args) -> dict:
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(PackOptions)}
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return str(n)
 
 
 def cmd_pack(args) -> int:
@@ -77,9 +72,9 @@ def cmd_pack(args) -> int:
             print(f"skipped: {s['path']}: {s['reason']}", file=sys.stderr)
         secs = time.perf_counter() - start
         stats = m["stats"]
-        print(f"packed {m['count']} images ({_human(stats['stored_bytes'])} stored from {_human(stats['source_bytes'])}"
-              f" of source files, {len(m['skipped'])} skipped) into {args.dst} as {m['format']}/{m['store']} "
-              f"in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
+        print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "
+              f"{human_bytes(stats['source_bytes'])} of source files, {len(m['skipped'])} skipped) into {args.dst} "
+              f"as {m['format']}/{m['store']} in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
     return 0
 
 
@@ -97,7 +92,7 @@ def cmd_info(args) -> int:
             ("store", m["store"] + (f", {m['shape'][0]}x{m['shape'][1]} RGB" if m["shape"] else "")),
             ("classes", "none (flat source)" if classes is None else
              f"{len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"),
-            ("files", f"{len(m['files'])}, {_human(total)}"),
+            ("files", f"{len(m['files'])}, {human_bytes(total)}"),
             ("checksum", m["checksum"]),
             ("skipped", len(m["skipped"])),
             ("created", f"{m['created']} by pixfeed {m['pixfeed_version']}")]
@@ -110,11 +105,14 @@ def cmd_info(args) -> int:
 
 
 def cmd_sample(args) -> int:
+    from .errors import OptionError
     from .sample import make_sample
 
+    if args.count < 1:
+        raise OptionError(f"--count {args.count}: must be at least 1")
     make_sample(args.dir, args.count, args.seed)
     if not args.quiet:
-        print(f"wrote {args.count} images to {args.dir}")
+        print(f"wrote {plural(args.count, 'image')} to {args.dir}")
     return 0
 
 
@@ -129,9 +127,9 @@ def cmd_demo(args) -> int:
     work = Path(args.out or tempfile.mkdtemp(prefix="pixfeed-demo-"))
     src, dst = work / "sample", work / "packed-mmap"
     make_sample(src, args.count)
-    print(f"1. wrote {args.count} synthetic images to {src}")
+    print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
     m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
-    print(f"2. packed them to {dst}: {m['count']} records, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
+    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
     ds = MmapImageDataset(dst)
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
     start, n, checksum = time.perf_counter(), 0, 0
@@ -139,7 +137,7 @@ def cmd_demo(args) -> int:
         n += len(images)
         checksum += int(images[:, :, 0, 0].sum())
     secs = time.perf_counter() - start
-    print(f"3. read {n} images back through a DataLoader: batches of {tuple(images.shape[1:])} {images.dtype}, "
+    print(f"3. read {plural(n, 'image')} back through a DataLoader: batches of {tuple(images.shape[1:])} {images.dtype}, "
           f"{len(ds.classes)} classes, {n / secs:.0f} images/s")
     return 0
 
