@@ -16,6 +16,7 @@ from .errors import PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
+from .storage import add_argument, options_from_args
 from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
@@ -50,6 +51,7 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="wds: keep source order")
     p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5: compress pixel chunks")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    add_argument(p)
 
 
 def _pack_options(args) -> dict:
@@ -64,7 +66,8 @@ def cmd_pack(args) -> int:
     from .packers import pack
 
     start = time.perf_counter()
-    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), **_pack_options(args))
+    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet),
+             storage_options=options_from_args(args.storage_option), **_pack_options(args))
     if not args.quiet:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
@@ -81,7 +84,7 @@ def cmd_pack(args) -> int:
 def cmd_info(args) -> int:
     from .manifest import read_manifest
 
-    m = read_manifest(args.path)
+    m = read_manifest(args.path, options_from_args(args.storage_option))
     if args.json:
         print(json.dumps(m, indent=1, ensure_ascii=False))
         return 0
@@ -129,7 +132,7 @@ def cmd_demo(args) -> int:
     make_sample(src, args.count)
     print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
     m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
-    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
+    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {'x'.join(map(str, m['shape']))} uint8, {m['stats']['seconds']:.1f} s")
     ds = MmapImageDataset(dst)
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
     start, n, checksum = time.perf_counter(), 0, 0
@@ -147,14 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack an image folder into a dataset")
-    p.add_argument("src", help="image folder: root/<class>/<img> or flat")
-    p.add_argument("dst", help="output dataset directory")
+    p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train)")
+    p.add_argument("dst", help="output dataset directory (or a URL, s3://bucket/prefix)")
     _pack_arguments(p)
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser("info", help="describe a packed dataset")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    add_argument(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("sample", help="write a synthetic photo-like ImageFolder sample")

@@ -21,3 +21,9 @@ def test_one_image_is_one_image(tmp_path, capsys):
 def test_sample_refuses_no_images(tmp_path, capsys):
     assert main(["sample", str(tmp_path / "src"), "--count", "0"]) == 2
     assert "--count 0: must be at least 1" in capsys.readouterr().err
+
+
+def test_demo_summary_reads_as_words(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--count", "8", "--size", "32", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 8 synthetic images" in out and "8 records, 32x32x3 uint8" in out and "read 8 images back" in out

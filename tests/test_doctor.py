@@ -149,6 +149,7 @@ def test_diagnose_runs_every_probe_on_fake_paths(tmp_path, monkeypatch, eight_co
     by_check = {f.check: f for f in findings}
     assert {"cpus", "memory", "shared memory", "torch", "storage"} <= set(by_check)
     assert by_check["shared memory"].data["need"] == 256 * 3 * 224 * 224 * 2 * 2  # 2 usable CPUs: 2 workers
+    assert "2 workers x 2 ready batches of 37 MiB need 147 MiB" in by_check["shared memory"].value
     assert by_check["storage"].data["bytes"] == MiB
     text = render(findings)
     assert all(f.check in text and f.advice in text for f in findings)

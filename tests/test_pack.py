@@ -140,10 +140,10 @@ def test_worker_failure_leaves_no_destination_and_keeps_old(image_tree, tmp_path
     before = (dst / "pixfeed.json").read_bytes()
     real = pipeline.load_record
 
-    def failing(source, i, opts, notes):
+    def failing(source, i, *rest):
         if i == 7:
             raise RuntimeError("disk on fire")
-        return real(source, i, opts, notes)
+        return real(source, i, *rest)
 
     monkeypatch.setattr(pipeline, "load_record", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):

@@ -1,4 +1,4 @@
-"""``pixfeed bench``: which format wins on this machine, and how close to its limits.
+"""``pixfeed bench``: which format and settings for your images on this machine, and what they cost.
 
 Progress goes to stderr through logging (silenced by --quiet); the
 recommendation, the tables and the paths of the written files go to stdout.
@@ -43,7 +43,7 @@ def _size(value: str) -> int:
 
 
 def add_command(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="benchmark every format on your images against the machine's limits",
+    p = subparsers.add_parser("bench", help="which format and settings for your images on this machine: measures every one",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("src", nargs="?", type=Path, help="image folder (default: a synthetic sample of --count images)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated (default {','.join(FORMATS)})")

@@ -15,7 +15,7 @@ from typing import List, Optional
 from pixfeed import _jpeghead
 from pixfeed.diagnose import devices, storage, system
 from pixfeed.texttable import table
-from pixfeed.diagnose.finding import INFO, OK, Finding
+from pixfeed.diagnose.finding import INFO, OK, Finding, size
 from pixfeed.cpus import available_cpus
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
@@ -33,7 +33,8 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
     findings = [
         system.check_cpus(cgroup_root),
         system.check_memory(cgroup_root, meminfo),
-        system.check_shm(system.shm_need(batch_bytes, workers, PREFETCH), shm_dir),
+        system.check_shm(system.shm_need(batch_bytes, workers, PREFETCH), shm_dir,
+                         f"{workers} workers x {PREFETCH} ready batches of {size(batch_bytes)}"),
         check_decode(store),
         devices.check_torch(),
         devices.check_bandwidth(batch_bytes),

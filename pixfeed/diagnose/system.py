@@ -97,13 +97,14 @@ def shm_need(batch_bytes: int, workers: int, prefetch: int) -> int:
     return batch_bytes * workers * prefetch
 
 
-def check_shm(need: int, path: str = SHM_DIR) -> Finding:
+def check_shm(need: int, path: str = SHM_DIR, loader: str = "a loader") -> Finding:
+    """``need`` bytes of batches in flight against ``path``'s free space; ``loader`` says whose, in words."""
     try:
         st = os.statvfs(path)
     except OSError:
         return Finding("shared memory", f"{path}: absent", "workers hand batches over another way here", INFO)
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    value = f"{path}: {size(total)}, {size(free)} free; a loader needs {size(need)}"
+    value = f"{path}: {size(total)}, {size(free)} free; {loader} need {size(need)}"
     data = {"path": path, "total": total, "free": free, "need": need}
     if not need:
         return Finding("shared memory", f"{path}: {size(total)}, {size(free)} free", "no loader workers here: "

@@ -18,9 +18,10 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
@@ -30,8 +31,10 @@ from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..source import scan
+from ..storage import is_url, local_path
 from .options import PackOptions
 from .records import Record, load_record
+from .upload import Upload
 from .writer import TaskResult, Writer
 
 _WRITER: Optional[Writer] = None
@@ -56,9 +59,9 @@ def _run_task(args) -> TaskResult:
     result = TaskResult(task)
 
     def records() -> Iterator[Record]:
-        for i in indices:
+        for i, data in w.source.fetch(indices):
             try:
-                rec = load_record(w.source, int(i), w.opts, result.notes)
+                rec = load_record(w.source, i, w.opts, result.notes, data)
             except SourceError as e:
                 if w.opts.on_error == "fail":
                     raise
@@ -91,7 +94,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool) -> List[TaskResult]:
+def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool,
+               done: Callable[[TaskResult], None] = lambda r: None) -> List[TaskResult]:
     from .._progress import Bar
 
     bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
@@ -109,6 +113,7 @@ def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: 
         for r in outputs:
             results.append(r)
             writer.task_done(r)
+            done(r)
             bar.update(len(tasks[r.task]))
         if pool is not None:
             pool.close()
@@ -120,38 +125,40 @@ def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: 
     return sorted(results, key=lambda r: r.task)
 
 
-def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -> dict:
+def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_options: Optional[dict] = None,
+         **options) -> dict:
     """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
 
-    Options are the fields of PackOptions (``store``, ``size``, ``workers``,
-    ``on_error``, ``overwrite``, ...); one that ``format`` does not take (as
-    ``shard_size`` for hdf5) raises OptionError naming the formats that take it.
-    Raises SourceError or OptionError with the file or option at fault; on any
-    error nothing is left at ``dst``.
+    ``src`` and ``dst`` may be URLs (``s3://bucket/prefix``; see pixfeed.storage,
+    and pixfeed.packers.upload for a bucket DST).  Options are the fields of
+    PackOptions (``store``, ``size``, ``workers``, ``on_error``, ``overwrite``,
+    ...); one that ``format`` does not take (as ``shard_size`` for hdf5) raises
+    OptionError naming the formats that take it.  Raises SourceError or
+    OptionError with the file or option at fault; on any error nothing is left
+    at ``dst``.
     """
     fmt = registry.get(format)
     opts = PackOptions.create(**options).resolve(fmt)
     cls = registry.writer_class(format)
-    dst = Path(dst)
-    if dst.exists() or dst.is_symlink():
-        _check_replaceable(dst, opts.overwrite)
-    source = scan(src, opts.ext)
-    if not dst.parent.is_dir():
-        raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
-    if dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
-        raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
-                          "find it (as a class folder); choose a DST outside the source")
-    _remove_stale_tmp(dst)
-    tmp = dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
+    upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
+    if upload is None:
+        dst = _local_dst(local_path(dst), opts.overwrite)
+    source = scan(src, opts.ext, storage_options)
+    if upload is None:
+        tmp = _local_tmp(dst, source)
+    else:
+        upload.prepare()
+        tmp = Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
     start = time.perf_counter()
     writer: Optional[Writer] = None
     try:
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=upload is not None)
         writer = cls(tmp, source, opts)
         workers = opts.workers or available_cpus()
         tasks = writer.plan(workers)
         writer.begin(tasks)
-        results = _run_tasks(writer, tasks, min(workers, len(tasks)), progress)
+        done = (lambda r: upload.send(tmp, writer.finished(r))) if upload else (lambda r: None)
+        results = _run_tasks(writer, tasks, min(workers, len(tasks)), progress, done)
         kept = np.array([i for r in results for i in r.kept], dtype=np.int64)
         skipped = [s for r in results for s in r.skipped]
         if len(kept) == 0:
@@ -163,15 +170,38 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -
                              "source_bytes": int(source.sizes.sum()),
                              "stored_bytes": sum(r.stored_bytes for r in results)}
         write_manifest(tmp, manifest)
-        _replace(tmp, dst)
+        if upload is None:
+            _replace(tmp, dst)
+        else:
+            upload.commit(tmp, manifest)
+            shutil.rmtree(tmp)
     except BaseException as e:
         if writer is not None:
             writer.abort()
+        if upload is not None:
+            upload.abort()
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) and not isinstance(e, PixfeedError):
+        if upload is None and isinstance(e, OSError) and not isinstance(e, PixfeedError):
             raise _output_error(dst, e) from e
         raise
     return manifest
+
+
+def _local_dst(dst: Path, overwrite: bool) -> Path:
+    if dst.exists() or dst.is_symlink():
+        _check_replaceable(dst, overwrite)
+    return dst
+
+
+def _local_tmp(dst: Path, source) -> Path:
+    """The hidden temporary sibling of a local ``dst``, after checking where ``dst`` is."""
+    if not dst.parent.is_dir():
+        raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
+    if source.remote is None and dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
+        raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
+                          "find it (as a class folder); choose a DST outside the source")
+    _remove_stale_tmp(dst)
+    return dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
 
 
 def _check_replaceable(dst: Path, overwrite: bool) -> None:

@@ -49,6 +49,11 @@ class Writer:
         """Called as each task's result arrives (in completion order) while other
         tasks may still run; a pool's workers are forked before the first call."""
 
+    def finished(self, result: TaskResult) -> List[str]:
+        """Files (relative to the output folder) complete once ``result``'s task is done;
+        a bucket DST uploads them while later tasks run.  Default: none before ``finish``."""
+        return []
+
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         """Write the remaining files; return extra manifest fields."""
         raise NotImplementedError
