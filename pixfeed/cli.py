@@ -16,7 +16,7 @@ from .errors import PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
-from .storage import add_argument, options_from_args
+from .storage_options import add_argument, options_from_args
 from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
@@ -77,7 +77,8 @@ def cmd_pack(args) -> int:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
         for s in m["skipped"]:
-            print(f"skipped: {s['path']}: {s['reason']}", file=sys.stderr)
+            reason = s["reason"] if s["path"] in s["reason"] else f"{s['path']}: {s['reason']}"
+            print(f"skipped: {reason}", file=sys.stderr)
         secs = time.perf_counter() - start
         stats = m["stats"]
         print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "

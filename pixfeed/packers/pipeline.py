@@ -75,11 +75,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     if upload is None:
         dst = _local_dst(local_path(dst), opts.overwrite)
     source = scan(src, opts.ext, storage_options)
-    if upload is None:
-        tmp = _local_tmp(dst, source)
-    else:
-        upload.prepare()
-        tmp = Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
+    tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
     start = time.perf_counter()
     writer: Optional[Writer] = None
     try:
@@ -133,6 +129,15 @@ def _local_tmp(dst: Path, source) -> Path:
                           "find it (as a class folder); choose a DST outside the source")
     _remove_stale_tmp(dst)
     return dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
+
+
+def _bucket_tmp(upload: Upload, source) -> Path:
+    """A local temporary folder for a pack into a bucket, after checking and preparing DST."""
+    if upload.store.url.startswith(f"{source.root}/"):
+        raise OptionError(f"destination {upload.store.url} is inside the source {source.root}, where the next "
+                          "scan would find it; choose a DST outside the source")
+    upload.prepare()
+    return Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
 
 
 def _check_replaceable(dst: Path, overwrite: bool) -> None:
