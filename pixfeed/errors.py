@@ -33,6 +33,10 @@ class OutputError(PixfeedError, OSError):
     """The destination cannot be written (disk full, read-only, no permission)."""
 
 
+class StorageError(PixfeedError, OSError):
+    """A bucket or remote store cannot be reached, refuses access or fails a request."""
+
+
 class CorruptDataError(DatasetError):
     """Stored bytes do not match their checksum, or a record cannot be parsed."""
 

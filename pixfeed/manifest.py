@@ -27,6 +27,7 @@ from typing import Any
 
 from .errors import DatasetError, DatasetNotFoundError
 from .registry import FORMATS
+from .storage import Store, is_url, local_path
 
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"
@@ -50,9 +51,11 @@ def write_manifest(root: Path, manifest: dict) -> None:
     write_json_atomic(root / MANIFEST_NAME, manifest)
 
 
-def read_manifest(root: str | os.PathLike) -> dict:
-    """Read and validate ``root/pixfeed.json``; raise a clear DatasetError otherwise."""
-    root = Path(root)
+def read_manifest(root: str | os.PathLike, storage_options: dict | None = None) -> dict:
+    """Read and validate ``root/pixfeed.json`` (``root`` may be a URL); raise a clear DatasetError otherwise."""
+    if is_url(root):
+        return _read_remote(root, storage_options)
+    root = local_path(root)
     path = root / MANIFEST_NAME
     if not root.exists():
         raise DatasetNotFoundError(f"{root}: no such dataset directory")
@@ -61,6 +64,16 @@ def read_manifest(root: str | os.PathLike) -> dict:
     if not path.is_file():
         raise DatasetError(f"{root}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with 'pixfeed pack'")
     return parse_manifest(path.read_bytes(), path)
+
+
+def _read_remote(url: str, storage_options: dict | None) -> dict:
+    store = Store(url, storage_options)
+    try:
+        text = store.read(MANIFEST_NAME)
+    except DatasetNotFoundError:
+        raise DatasetNotFoundError(f"{store.url}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with "
+                                   "'pixfeed pack SRC URL'") from None
+    return parse_manifest(text, store.url_of(MANIFEST_NAME))
 
 
 def parse_manifest(text: str | bytes, where: object = MANIFEST_NAME) -> dict:

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .checksum import file_hash
+from .checksum import file_hash, stream_hash
 from .decode import check_encoded, decode
 from .errors import PixfeedError
 from .manifest import read_manifest
+from .storage import Store, is_url, join, local_path
 
 _CHUNK = 64
 Progress = Optional[Callable[[int], object]]
@@ -33,7 +33,7 @@ Progress = Optional[Callable[[int], object]]
 
 @dataclass
 class Report:
-    path: Path
+    path: object                     # Path, or the URL string
     records: int = 0                 # records read and checked
     files: int = 0                   # data files checked
     problems: List[str] = field(default_factory=list)
@@ -43,14 +43,16 @@ class Report:
         return not self.problems
 
 
-def verify(path, deep: bool = False, progress: Progress = None) -> Report:
-    """Check the dataset at ``path``; raise DatasetError only if its manifest is unusable."""
-    root = Path(path)
-    manifest = read_manifest(root)
+def verify(path, deep: bool = False, progress: Progress = None, storage_options: Optional[dict] = None) -> Report:
+    """Check the dataset at ``path`` (a folder or a URL: its objects are hashed as they stream,
+    records are read as the reader reads them); raise DatasetError only if its manifest is unusable."""
+    remote = Store(path, storage_options) if is_url(path) else None
+    root = remote.url if remote else local_path(path)
+    manifest = read_manifest(root, storage_options)
     report = Report(root)
-    report.problems += _check_files(root, manifest, report)
-    report.problems += _check_count(root, manifest)
-    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None))
+    report.problems += _check_files(root, manifest, report, remote)
+    report.problems += _check_count(root, manifest, remote)
+    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None), storage_options)
     return report
 
 
@@ -61,26 +63,38 @@ def _file_entries(manifest: dict) -> dict:
     return entries
 
 
-def _check_files(root: Path, manifest: dict, report: Report) -> Iterator[str]:
+def _check_files(root, manifest: dict, report: Report, remote: Optional[Store]) -> Iterator[str]:
+    try:
+        sizes = remote.list() if remote else None
+    except PixfeedError as e:
+        yield f"files not checked: {e}"
+        return
     for name, meta in sorted(_file_entries(manifest).items()):
-        p = root / name
+        p = join(root, name)
         report.files += 1
         try:
-            size = p.stat().st_size
+            size = sizes[name] if remote else p.stat().st_size
             if size != meta["bytes"]:
                 yield f"{p}: {size} bytes, but the manifest records {meta['bytes']} (truncated or damaged)"
-            elif (digest := file_hash(p)) != meta["xxh3_64"]:
+            elif (digest := _hash(p, name, remote)) != meta["xxh3_64"]:
                 yield f"{p}: xxh3_64 {digest} does not match the manifest's {meta['xxh3_64']} (damaged)"
-        except FileNotFoundError:
+        except (FileNotFoundError, KeyError):
             yield f"{p}: data file missing (listed in the manifest)"
         except OSError as e:
             yield f"{p}: cannot read ({e.strerror or e})"
 
 
-def _check_count(root: Path, manifest: dict) -> Iterator[str]:
-    n, path = manifest["count"], root / manifest["keys_file"]
+def _hash(path, name: str, remote: Optional[Store]) -> str:
+    if remote is None:
+        return file_hash(path)
+    with remote.open(name) as f, remote.errors(str(path)):
+        return stream_hash(f)
+
+
+def _check_count(root, manifest: dict, remote: Optional[Store]) -> Iterator[str]:
+    n, path = manifest["count"], join(root, manifest["keys_file"])
     try:
-        keys = json.loads(path.read_text(encoding="utf-8"))
+        keys = json.loads(remote.read(manifest["keys_file"]) if remote else path.read_bytes())
     except (OSError, ValueError) as e:
         yield f"{path}: cannot read the record keys ({e})"
         return
@@ -91,12 +105,13 @@ def _check_count(root: Path, manifest: dict) -> Iterator[str]:
         yield f"{root}: shards hold {sum(s['count'] for s in shards)} records, manifest count is {n}"
 
 
-def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
+def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
+                   storage_options: Optional[dict]) -> Iterator[str]:
     from .datasets import open_dataset
     from .datasets.protocol import CheckedReads
 
     try:
-        ds = open_dataset(root, checksums=True)
+        ds = open_dataset(str(root), checksums=True, storage_options=storage_options)
         if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return

@@ -1,7 +1,10 @@
 """``pixfeed bench``: a tiny end-to-end run, and the measuring parts it relies on."""
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib.util
+import io
 import json
 
 import numpy as np
@@ -9,7 +12,9 @@ import pytest
 import torch
 
 from pixfeed import pagecache
+from pixfeed.bench.cli import _size
 from pixfeed.bench.procstats import ProcUsage
+from pixfeed.bench.report import markdown
 from pixfeed.bench.reading import read_epochs
 from pixfeed.bench.runner import BenchConfig, _try_row, row_name
 from pixfeed.cli import main
@@ -30,13 +35,15 @@ STORAGE_FIELDS = {"bytes", "warm_mb_per_s", "cold_mb_per_s", "cold_resident_frac
 def run(tmp_path_factory):
     """One small run without SRC (so it makes its own sample), cold, 1 epoch, no workers."""
     out = tmp_path_factory.mktemp("bench")
-    code = main(["bench", "--count", "12", "--batch-size", "4", "--epochs", "1", "--workers", "0",
-                 "--cold", "--max-side", "24", "--out", str(out), "-q"])
-    return code, out
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = main(["bench", "--count", "12", "--batch-size", "4", "--epochs", "1", "--workers", "0",
+                     "--cold", "--max-side", "24", "--disk-budget", "100M", "--out", str(out), "-q"])
+    return code, out, stdout.getvalue()
 
 
 def test_run_measures_every_format_and_store(run):
-    code, out = run
+    code, out, _ = run
     assert code == 0
     result = json.loads((out / "results.json").read_text())
     rows = {r["name"]: r for r in result["rows"]}
@@ -67,8 +74,26 @@ def test_run_measures_every_format_and_store(run):
     assert all(t["met"] or t["note"] for t in result["targets"])
 
 
+def test_output_leads_with_the_recommendation_and_hides_the_targets(run):
+    _, out, stdout = run
+    headings = [line for line in stdout.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Recommendation for this data on this machine"
+    assert "MISSED" not in stdout and "## Targets" not in stdout and "## Targets" not in (out / "results.md").read_text()
+    result = json.loads((out / "results.json").read_text())
+    rec = result["recommendation"]
+    assert rec["command"] in stdout and rec["row"] in {r["name"] for r in result["rows"]}
+    assert rec["bytes"] <= result["config"]["disk_budget"] == 100 * 10**6
+    assert result["targets"] and "## Targets" in markdown(result, targets=True)
+
+
+def test_disk_budget_units():
+    assert (_size("100M"), _size("1.5g"), _size("2048")) == (100 * 10**6, 1500 * 10**6, 2048)
+    with pytest.raises(argparse.ArgumentTypeError, match="'12Q'"):
+        _size("12Q")
+
+
 def test_run_writes_markdown_and_chart(run):
-    _, out = run
+    _, out, _ = run
     text = (out / "results.md").read_text()
     for fmt in FORMATS:
         assert f"| {fmt}/pixels" in text and f"| {fmt}/encoded" in text

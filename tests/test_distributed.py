@@ -21,7 +21,8 @@ from torch.utils.data import IterableDataset
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
 from pixfeed.loaders._testing import ArrayDataset, random_images
-from test_loaders_formats import Packed, all_identities, identities, pack_all
+from pixfeed.packers import pack
+from test_loaders_formats import SIZE, Packed, all_identities, identities, pack_all
 
 WORLD, BATCH, SEED, DEADLINE_S = 2, 4, 3, 120
 Epoch = List[List[str]]  # batches of sample identities
@@ -37,6 +38,7 @@ def read_epoch(loader) -> Epoch:
 
 def rank_main(rank: int, port: int, cases: Packed, out: Path) -> None:
     mp.set_start_method("fork", force=True)  # as under torchrun; a spawned rank would spawn its workers too
+    before = {name: make_loader(open_case(path, options), BATCH, seed=SEED) for name, (path, options) in cases.items()}
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=60))
     try:
@@ -49,6 +51,7 @@ def rank_main(rank: int, port: int, cases: Packed, out: Path) -> None:
                 "same_seed": read_epoch(make_loader(dataset, BATCH, seed=SEED)),
                 "drop_last": read_epoch(make_loader(dataset, BATCH, seed=SEED, drop_last=True)),
                 "world": loader.pixfeed_plan.world.size,
+                "made_before_init": [read_epoch(before[name]), read_epoch(before[name])],
             }
         torch.save(results, out / f"rank{rank}.pt")
         dist.barrier()
@@ -63,8 +66,24 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory) -> Packed:
-    return {"array": ("array", {}), **pack_all(tmp_path_factory.mktemp("formats"))}
+def cases(tmp_path_factory, request) -> Packed:
+    root = tmp_path_factory.mktemp("formats")
+    return {"array": ("array", {}), **pack_all(root), **bucket_cases(root, request)}
+
+
+def bucket_cases(root: Path, request) -> Packed:
+    """wds streamed from the S3 test server, and lmdb staged from it (both ranks stage at once: one download)."""
+    try:
+        server = request.getfixturevalue("s3_server")
+    except pytest.skip.Exception:
+        return {}  # no S3 server here (CI requires it: PIXFEED_REQUIRE_S3)
+    options = {"size": SIZE, "storage_options": server.options, "cache_dir": str(root / "cache")}
+    cases = {}
+    for fmt in ("wds", "lmdb"):
+        url = f"s3://pixfeed/distributed/{fmt}"
+        pack(root / "src", url, fmt, size=SIZE, workers=1, overwrite=True, storage_options=server.options)
+        cases[f"{fmt}-bucket"] = (url, options)
+    return cases
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +132,12 @@ def test_drop_last_never_repeats_a_sample(ranks, cases):
     for name in cases:
         seen = Counter(sum((flat(result[name]["drop_last"]) for result in ranks), []))
         assert seen and max(seen.values()) == 1, name
+
+
+def test_a_loader_made_before_init_process_group_splits_as_one_made_after(ranks, cases):
+    for name in cases:
+        for result in ranks:
+            assert result[name]["made_before_init"] == result[name]["epochs"], name
 
 
 def test_new_order_each_epoch_same_order_same_seed(ranks, cases):

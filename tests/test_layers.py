@@ -1,5 +1,7 @@
 """Every import in the package points down the layers: core -> formats -> loaders -> tools,
-and no tool imports another (what two tools share moves down).
+no tool imports another (what two tools share moves down), and no module imports
+another's private names (``_read``; a private module such as ``packers/_tar.py``
+belongs to its package).
 
 ``LAYERS`` is the one table of layers; only this test reads it, so it lives
 here rather than in a package module that nothing would import.  A key is a
@@ -22,11 +24,13 @@ import pixfeed
 
 CORE, FORMATS, LOADERS, TOOLS = range(4)
 LAYERS = {
-    # core: records, manifest, format registry and on-disk layouts, decode, checksums, the machine and the distributed world, per-sample seeds, shared helpers
+    # core: records, manifest, format registry and on-disk layouts, decode, checksums, the machine,
+    # the distributed world, per-sample seeds, storage (URLs, the local cache of remote datasets), shared helpers
     "__init__.py": CORE, "errors.py": CORE, "checksum.py": CORE, "record.py": CORE, "manifest.py": CORE,
     "registry.py": CORE, "source.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
     "_jpeghead.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE, "pagecache.py": CORE,
-    "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "seeds.py": CORE,
+    "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
+    "storage_options.py": CORE, "cache.py": CORE, "seeds.py": CORE,
     # formats: writers, readers, and checking a packed dataset
     "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
     "loaders/": LOADERS,
@@ -61,29 +65,35 @@ def module_path(root: Path, module: str) -> Optional[str]:
     return None
 
 
+def from_module(path: str, node: ast.ImportFrom) -> Optional[str]:
+    """The absolute name of the module a ``from ... import`` in ``path`` names, if it is pixfeed's."""
+    if node.level:
+        package = ["pixfeed", *Path(path).parent.parts]
+        return ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+    return node.module if (node.module or "").split(".")[0] == "pixfeed" else None
+
+
 def imported(root: Path, path: str, node: ast.AST) -> Iterator[str]:
     """The ``pixfeed`` modules an import statement in ``path`` loads, as module names."""
     if isinstance(node, ast.Import):
         yield from (a.name for a in node.names if a.name.split(".")[0] == "pixfeed")
-        return
-    if not isinstance(node, ast.ImportFrom):
-        return
-    if node.level:
-        package = ["pixfeed", *Path(path).parent.parts]
-        base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
-    elif (node.module or "").split(".")[0] == "pixfeed":
-        base = node.module
-    else:
-        return
-    subs = (f"{base}.{alias.name}" for alias in node.names)  # ``from pixfeed import cpus``: pixfeed.cpus
-    yield from dict.fromkeys(sub if module_path(root, sub) else base for sub in subs)
+    elif isinstance(node, ast.ImportFrom) and (base := from_module(path, node)):
+        subs = (f"{base}.{alias.name}" for alias in node.names)  # ``from pixfeed import cpus``: pixfeed.cpus
+        yield from dict.fromkeys(sub if module_path(root, sub) else base for sub in subs)
+
+
+def private_names(root: Path, path: str, node: ast.AST) -> Iterator[str]:
+    """Another module's private names (``_read``) that ``node`` imports; private modules are the package's."""
+    if isinstance(node, ast.ImportFrom) and (base := from_module(path, node)):
+        names = (f"{base}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.startswith("__"))
+        yield from (f"{name} (private)" for name in names if module_path(root, name) is None)
 
 
 def modules(root: Path) -> Iterator[str]:
     return (p.relative_to(root).as_posix() for p in sorted(root.rglob("*.py")))
 
 
-def upward_imports(root: Path) -> Iterator[Tuple[str, int, str]]:
+def bad_imports(root: Path) -> Iterator[Tuple[str, int, str]]:
     """(path, line, imported module) for every import not allowed, and unassigned modules."""
     for path in modules(root):
         if layer(path) is None:
@@ -93,11 +103,12 @@ def upward_imports(root: Path) -> Iterator[Tuple[str, int, str]]:
             for module in imported(root, path, node):
                 if not allowed(path, module_path(root, module)):
                     yield path, node.lineno, module
+            yield from ((path, node.lineno, name) for name in private_names(root, path, node))
 
 
-def test_every_import_points_down():
-    bad = [f"pixfeed/{path}:{line} imports {module}" for path, line, module in upward_imports(PACKAGE)]
-    assert not bad, "imports from a lower layer to a higher one:\n" + "\n".join(bad)
+def test_every_import_points_down_and_takes_no_private_name():
+    bad = [f"pixfeed/{path}:{line} imports {module}" for path, line, module in bad_imports(PACKAGE)]
+    assert not bad, "imports up the layers, across tools or of private names:\n" + "\n".join(bad)
 
 
 def test_every_layer_entry_names_modules():
@@ -111,7 +122,7 @@ def write(root: Path, path: str, text: str = "") -> None:
     (root / path).write_text(text)
 
 
-def test_the_check_finds_upward_and_unassigned(tmp_path):
+def test_the_check_finds_upward_sideways_private_and_unassigned(tmp_path):
     for path in ("__init__.py", "loaders/__init__.py", "loaders/plan.py", "packers/__init__.py"):
         write(tmp_path, path)
     write(tmp_path, "errors.py", "def f():\n    from .loaders.plan import x\n")   # core -> loaders, in a function
@@ -121,8 +132,12 @@ def test_the_check_finds_upward_and_unassigned(tmp_path):
     write(tmp_path, "bench/report.py", "from pixfeed.bench import chart\nfrom ..loaders import plan\n")  # fine
     write(tmp_path, "bench/chart.py")
     write(tmp_path, "diagnose/doctor.py", "from pixfeed.bench.report import x\n")  # one tool uses another
+    write(tmp_path, "diagnose/system.py", "from pixfeed.cpus import _read, __doc__\n")  # a private name
+    write(tmp_path, "packers/_tar.py")
+    write(tmp_path, "packers/wds.py", "from . import _tar\n")  # a private module of its package: fine
     write(tmp_path, "newthing.py")
-    assert sorted(upward_imports(tmp_path)) == [
+    assert sorted(bad_imports(tmp_path)) == [
         ("cpus.py", 1, "pixfeed.loaders"), ("diagnose/doctor.py", 1, "pixfeed.bench.report"),
+        ("diagnose/system.py", 1, "pixfeed.cpus._read (private)"),
         ("errors.py", 2, "pixfeed.loaders.plan"), ("newthing.py", 0, "(no layer: add it to LAYERS)"),
         ("packers/mmap.py", 1, "pixfeed.loaders.plan")]

@@ -11,7 +11,8 @@ same number of processes, memory copy or file copy), so its ratio holds on a
 busy machine.
 A format or store mode that does not exist is refused before any work;
 formats whose pack or read fails are listed in ``unavailable`` with the
-reason, and the others still run.
+reason, and the others still run.  Last, the targets (``targets.py``) and the
+recommendation (``recommend.py``).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from ..source import scan
 from . import ceilings, machine
 from .packing import pack_measured, storage
 from .reading import FolderDataset, plain_loader, read_epochs
+from .recommend import recommend
 from .targets import judge
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class BenchConfig:
     count: int = 500
     pack_workers: Optional[int] = None    # None = the usable CPUs
     max_side: Optional[int] = 384         # one more encoded row packed with --max-side; None or 0: none
+    disk_budget: Optional[int] = None     # bytes a pack may take, for the recommendation; None: free space
 
     def __post_init__(self) -> None:
         for what, names, known in (("format", self.formats, FORMATS), ("store", self.stores, STORES)):
@@ -170,7 +173,15 @@ def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = judge(result)
+    result["config"].update(_budget(cfg, work_parent))
+    result["recommendation"] = recommend(result)
     return result
+
+
+def _budget(cfg: BenchConfig, work_parent: Path) -> dict:
+    if cfg.disk_budget:
+        return {"disk_budget": cfg.disk_budget, "disk_budget_from": "--disk-budget"}
+    return {"disk_budget": shutil.disk_usage(work_parent).free, "disk_budget_from": f"free space under {work_parent}"}
 
 
 def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optional[int] = None) -> None:

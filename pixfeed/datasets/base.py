@@ -2,6 +2,10 @@
 per-process handles, checksum checks on read, and turning stored records into
 ``(image, label)``.
 
+* ``path`` may be a URL (``s3://...``; ``storage_options=`` as in
+  pixfeed.storage): formats with ``streams`` (wds) read it directly; the
+  others are first copied to the local cache (pixfeed.cache: ``cache_dir=``,
+  ``cache_limit=``) and ``path`` is that copy.
 * Constructing a dataset reads only ``pixfeed.json``.  Data files are opened
   on first access in each process (the owning pid is kept beside the handle),
   and ``__getstate__`` drops the handle, so datasets pickle and fork safely.
@@ -32,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -42,17 +45,26 @@ from ..checksum import record_hash
 from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
 from ..geometry import center_slices, check_crop_ratio
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
+from ..cache import stage
 from ..manifest import read_manifest
+from ..storage import Store, is_url, join, local_path
 
 
 class ImageRecords:
     """Manifest, handle management and record decoding (no torch Dataset base)."""
     format = ""
 
+    streams = False  # True: reads data files sequentially from a URL; False: stages them to the local cache
+
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
-                 checksums: bool = True, exact: bool = False, verify: Optional[bool] = None):
-        self.path = Path(path)
-        self.manifest = read_manifest(self.path)
+                 checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
+                 storage_options: Optional[dict] = None, cache_dir=None, cache_limit: Optional[int] = None):
+        self.manifest = read_manifest(path, storage_options)
+        self.remote = Store(path, storage_options) if is_url(path) else None
+        if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
+            self.path, self.remote = stage(path, self.manifest, storage_options, cache_dir, cache_limit), None
+        else:
+            self.path = self.remote.url if self.remote is not None else local_path(path)
         if self.manifest["format"] != self.format:
             raise DatasetError(f"{self.path}: is a {self.manifest['format']!r} dataset, not {self.format!r}; "
                                "use pixfeed.open_dataset(path) to open any format")
@@ -83,21 +95,29 @@ class ImageRecords:
     def __len__(self) -> int:
         return self.manifest["count"]
 
+    def _sizes(self) -> dict:
+        """{data file: size} of the files present."""
+        if self.remote is not None:
+            return self.remote.list()
+        return {name: (self.path / name).stat().st_size for name in self.manifest["files"]
+                if (self.path / name).is_file()}
+
     def check_files(self) -> None:
         """Raise unless every data file is present at the size the manifest records."""
+        sizes = self._sizes()
         for name, meta in self.manifest["files"].items():
-            p = self.path / name
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                raise DatasetNotFoundError(f"{p}: data file missing from the {self.format} dataset {self.path}") from None
+            p, size = join(self.path, name), sizes.get(name)
+            if size is None:
+                raise DatasetNotFoundError(f"{p}: data file missing from the {self.format} dataset {self.path}")
             if size != meta["bytes"]:
                 raise CorruptDataError(f"{p}: {size} bytes, but the manifest records {meta['bytes']}; the file is "
                                        f"truncated or damaged (run 'pixfeed verify {self.path}')")
 
     def key(self, i: int) -> str:
         if self._keys is None:
-            self._keys = json.loads((self.path / self.manifest["keys_file"]).read_text(encoding="utf-8"))
+            name = self.manifest["keys_file"]
+            text = self.remote.read(name) if self.remote is not None else (self.path / name).read_bytes()
+            self._keys = json.loads(text)
         return self._keys[i]
 
     def where(self, i: int) -> str:

@@ -33,13 +33,21 @@ The epoch lives in a one-number tensor in shared memory, so persistent
 DataLoader workers see ``set_epoch`` from the main process (their copies of a
 plain attribute would not); a plain ``pickle`` copy takes the value only.
 
-``rank``/``world_size`` default to torch.distributed's when it is initialised
-(else 0 and 1); ``make_loader`` sets them.  Each sample is checked: the image
+``rank``/``world_size``, when not given, follow torch.distributed's world
+(0 and 1 without a process group), looked up again at every ``set_epoch``,
+except while Hugging Face Accelerate runs several processes: its prepared
+loaders split the batches themselves, so the dataset yields them all
+(``World.detect(wrapped=True)``).  A ``make_loader`` loader sets them when
+each epoch starts.  Each sample is checked: the image
 member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
 exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
 count.  Shards are read with webdataset's tar iterators; its decoders are never
 used, bytes become pixels only in ``pixfeed.decode``.
+
+A URL dataset (``s3://...``) is streamed: each shard is read front to back
+through one fsspec file (sequential GETs, an 8 MiB read-ahead buffer), never
+copied whole; a read failure is a StorageError naming the shard's URL.
 """
 from __future__ import annotations
 
@@ -58,9 +66,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
-from ..errors import CorruptDataError, DatasetError, OptionError
+from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs
+from ..storage import join
+from ..storage_options import mask
 from ..world import World
 from .base import ImageRecords
 
@@ -74,6 +84,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     ``size``, ``crop``, ``checksums`` and any other option go to ImageRecords."""
     format = "wds"
+    streams = True
     epoch_in_shared_memory = True  # persistent workers see set_epoch (pixfeed.loaders.plan)
 
     def __init__(self, path, transform=None, *, shuffle: bool = True, buffer: int = 1000, seed: int = 0,
@@ -86,6 +97,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             raise OptionError(f"buffer={buffer}, seed={seed}: both must be non-negative integers")
         self.shuffle, self.buffer, self.seed = shuffle, buffer, seed
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._own_world = rank is None and world_size is None  # follow the process group's
         self.rank, self.world_size = _world(rank, world_size)
         self.shards = _shard_table(self.manifest, self.path)
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
@@ -101,13 +113,15 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
+        if self._own_world:
+            self.rank, self.world_size = _world(None, None)
 
     def shard_paths(self) -> list:
-        """The shards' paths, in manifest order; checks their presence and size once per process."""
+        """The shards' paths (or URLs), in manifest order; checks their presence and size once per process."""
         if self._pid != os.getpid():
             self.check_files()
             self._pid = os.getpid()
-        return [self.path / s["name"] for s in self.shards]
+        return [join(self.path, s["name"]) for s in self.shards]
 
     def where(self, i: int) -> str:
         shard = self.shards[int(np.searchsorted(self._starts, i, side="right")) - 1]
@@ -183,33 +197,44 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
         m = 0
-        for s, first, stop in pieces:
-            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"])):
+        for (s, first, stop), stream in zip(pieces, self._streams(paths, [s for s, _, _ in pieces])):
+            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"], stream)):
                 if j >= first:
                     if m % stride == offset:
                         yield s, int(self._starts[s]) + j, sample
                     m += 1
 
-    @staticmethod
-    def _shard(path, stop: int, count: int) -> Iterator[dict]:
+    def _streams(self, paths: list, shards: List[int]) -> Iterator:
+        """The shards' files in reading order: local files, or from a URL sequential GETs with
+        read-ahead, the next shard opened and its first block fetched while this one is read."""
+        if self.remote is None:
+            return (open(paths[s], "rb") for s in shards)
+        return self.remote.open_ahead([self.shards[s]["name"] for s in shards])
+
+    def _shard(self, path, stop: int, count: int, stream) -> Iterator[dict]:
         """The first ``stop`` samples of a shard as webdataset dicts; damage names the shard and key."""
         n, key = 0, None
         try:
-            with open(path, "rb") as f:
+            with stream as f:
                 for sample in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])):
                     key = sample["__key__"]
                     yield sample
                     n += 1
                     if n == stop:
                         return
+        except PixfeedError:
+            raise
         except (tarfile.TarError, OSError, ValueError) as e:
+            if self.remote is not None and not isinstance(e, (tarfile.TarError, ValueError)):
+                raise StorageError(f"{path}: read failed after member key {key!r} "
+                                   f"({type(e).__name__}: {mask(str(e), self.remote.options)})") from None
             raise CorruptDataError(f"{path}: damaged tar after member key {key!r} "
                                    f"({e.args[0] if e.args else type(e).__name__})") from None
         raise CorruptDataError(f"{path}: ends after {n} samples (last member key {key!r}), but the manifest "
                                f"records {count}; the shard is truncated or damaged")
 
     def _decode(self, s: int, i: int, sample: dict):
-        where = f"{self.path / self.shards[s]['name']}: member key {sample['__key__']!r} (record {i})"
+        where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
         exts = image_extensions(self.store)
         data = next((sample[e] for e in exts if e in sample), None)
         if data is None:
@@ -245,7 +270,7 @@ def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
 
 def _world(rank, world_size) -> Tuple[int, int]:
     if rank is None and world_size is None:
-        world = World.detect("auto")
+        world = World.detect("auto", wrapped=True)
         return world.rank, world.size
     if rank is None or world_size is None or not 0 <= rank < world_size:
         raise OptionError(f"rank={rank}, world_size={world_size}: give both, with 0 <= rank < world_size, "

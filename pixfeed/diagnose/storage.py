@@ -67,7 +67,8 @@ def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Opt
     notes = []
     slow = rate < SLOW and nbytes >= ENOUGH
     if slow:
-        notes.append("slow storage: copy the dataset to local NVMe or RAM, or pack it into few large files")
+        notes.append("slow storage: copy the dataset to local NVMe or RAM" +
+                     ("" if per_record else ", or pack it into a few large files (pixfeed pack)"))
     elif nbytes < ENOUGH:
         notes.append(f"only {size(nbytes)} to read: too little to judge the storage")
     if per_record:

@@ -29,15 +29,23 @@ NO_LIMIT = 2**60  # cgroup v1 says "unlimited" with PAGE_COUNTER_MAX, about 2**6
 LOW_MEMORY = 2 * 2**30
 
 
+def _workers_advice(usable: int) -> str:
+    """make_loader's worker rule for ``usable`` CPUs, in words a user acts on."""
+    if usable < 2:
+        return ("read in the training process (num_workers=0, what make_loader picks): worker "
+                "processes would take turns with training on the one CPU")
+    return f"at most {default_workers(usable)} loader workers (make_loader's rule)"
+
+
 def check_cpus(root: Optional[Path] = None) -> Finding:
     host, affinity, quota = os.cpu_count() or 1, cpus.affinity_cpus(), cpus.cgroup_cpu_limit(root)
     usable = cpus.available_cpus(root)
     value = f"{usable} usable of {host} (affinity {affinity}, cgroup quota {'none' if quota is None else f'{quota:g}'})"
     data = {"os_cpu_count": host, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
     if usable < host:
-        return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: num_workers <= "
-                       f"{default_workers(usable)} (make_loader does this)", WARN, data)
-    return Finding("cpus", value, f"num_workers up to {default_workers(usable)} (make_loader's rule)", OK, data)
+        return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: "
+                       f"{_workers_advice(usable)}", WARN, data)
+    return Finding("cpus", value, _workers_advice(usable), OK, data)
 
 
 def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:
@@ -89,14 +97,18 @@ def shm_need(batch_bytes: int, workers: int, prefetch: int) -> int:
     return batch_bytes * workers * prefetch
 
 
-def check_shm(need: int, path: str = SHM_DIR) -> Finding:
+def check_shm(need: int, path: str = SHM_DIR, loader: str = "a loader") -> Finding:
+    """``need`` bytes of batches in flight against ``path``'s free space; ``loader`` says whose, in words."""
     try:
         st = os.statvfs(path)
     except OSError:
         return Finding("shared memory", f"{path}: absent", "workers hand batches over another way here", INFO)
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    value = f"{path}: {size(total)}, {size(free)} free; a loader needs {size(need)}"
+    value = f"{path}: {size(total)}, {size(free)} free; {loader} need {size(need)}"
     data = {"path": path, "total": total, "free": free, "need": need}
+    if not need:
+        return Finding("shared memory", f"{path}: {size(total)}, {size(free)} free", "no loader workers here: "
+                       "batches do not pass through shared memory", OK, data)
     if need <= free * SHM_FRACTION:
         return Finding("shared memory", value, f"fits in {SHM_FRACTION:.0%} of the free space", OK, data)
     gib = math.ceil((need / SHM_FRACTION + total - free) / 2**30)

@@ -102,7 +102,7 @@ def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches:
         return 0, "1 usable CPU: workers would compete with training"
     wanted = default_workers(cpus)
     if batches is not None and batches < wanted:
-        return batches, f"{cpus} usable CPUs but only {batches} batches per epoch"
+        return batches, f"{cpus} usable CPUs but only {batches} batch{'es' * (batches != 1)} per epoch"
     if cpus == 2:
         return 2, "2 usable CPUs: one core left idle would cost half the decode rate"
     return wanted, f"{cpus} usable CPUs, one kept for the training process"

@@ -39,16 +39,20 @@ class Record:
     source_shape: tuple             # (H, W) of the source image, after EXIF orientation
 
 
-def load_record(source: Source, i: int, opts: PackOptions, notes: List[str]) -> Record:
-    """Read source image ``i`` and turn it into a record (raises SourceError)."""
-    path = source.root / source.paths[i]
-    where = str(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise SourceError(f"{where}: cannot read ({_read_error(path, e)})") from None
-    fmt, ext = sniff(data), os.path.splitext(path)[1].lower().lstrip(".")
+def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None) -> Record:
+    """Turn source image ``i`` into a record (raises SourceError).  ``data``: its bytes when
+    already fetched (Source.fetch), or the error that fetching them raised; None reads the file."""
+    where = source.where(i)
+    if isinstance(data, Exception):
+        raise SourceError(f"cannot read ({data})") from None
+    if data is None:
+        path = source.root / source.paths[i]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise SourceError(f"{where}: cannot read ({_read_error(path, e)})") from None
+    fmt, ext = sniff(data), os.path.splitext(source.paths[i])[1].lower().lstrip(".")
     if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
         notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
     if opts.store == "pixels":

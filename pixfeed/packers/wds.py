@@ -153,6 +153,9 @@ class WdsWriter(Writer):
                 + _tar.write_member(f, f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii"))
                 + _tar.write_member(f, f"{name}.{META_EXTENSION}", _json(meta)))
 
+    def finished(self, result: TaskResult) -> List[str]:
+        return [result.extra["name"]] if self._whole(result.task) else []
+
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         shards, start = [], 0
         for shard, group in itertools.groupby(results, key=lambda r: self.shard_of[r.task]):
