@@ -140,7 +140,7 @@ def test_quasi_random_sampler_splits_ranks_evenly_and_resumes(world, drop_last):
 
     def sampler(rank, start=0, epoch=2):
         s = ResumableSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=5, drop_last=drop_last)
-        s.quasi, s.start = (4, 20), start
+        s.quasi, s.offset = (4, 20), start
         s.set_epoch(epoch)
         return list(s)
 

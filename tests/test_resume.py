@@ -95,14 +95,19 @@ def test_augmented_samples_resume_exactly_and_state_says_what_was_consumed():
     assert (loader.state_dict()["epoch"], loader.state_dict()["consumed"]) == (2, 0)
 
 
-def rank_loaders(monkeypatch, dataset, world: int, drop_last: bool = False):
-    loaders = []
-    for rank in range(world):
-        monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setenv("WORLD_SIZE", str(world))
-        loaders.append(make_loader(dataset, BATCH, seed=SEED, drop_last=drop_last, num_workers=0,
-                                   distributed=True))
-    return loaders
+class Rank:
+    """A loader made and used as rank ``rank`` of ``world`` (RANK and WORLD_SIZE set around every use:
+    the world is looked up when each epoch starts)."""
+
+    def __init__(self, monkeypatch, dataset, rank: int, world: int, drop_last: bool) -> None:
+        self.env, self.rank, self.world = monkeypatch, rank, world
+        self.loader = self.run(make_loader, dataset, BATCH, seed=SEED, drop_last=drop_last, num_workers=0,
+                               distributed=True)
+
+    def run(self, fn, *args, **kwargs):
+        self.env.setenv("RANK", str(self.rank))
+        self.env.setenv("WORLD_SIZE", str(self.world))
+        return fn(*args, **kwargs)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -112,16 +117,17 @@ def test_elastic_resume_reads_every_sample_once(monkeypatch, worlds, drop_last):
     dataset = ArrayDataset(random_images(n, 2, 2))
     seen, state = Counter(), None
     for step, world in enumerate(worlds):
-        loaders = rank_loaders(monkeypatch, dataset, world, drop_last)
+        ranks = [Rank(monkeypatch, dataset, rank, world, drop_last) for rank in range(world)]
         if state is not None:
-            for loader in loaders:
-                loader.load_state_dict(state)
+            for r in ranks:
+                r.run(r.loader.load_state_dict, state)
         last = step == len(worlds) - 1
         before = 0 if state is None else state["start"] + state["consumed"] * state["world_size"]
-        per_rank = [batches(loader, None if last else 2) for loader in loaders]
+        per_rank = [r.run(batches, r.loader, None if last else 2) for r in ranks]
         assert len({len(b) for b in per_rank}) == 1, "ranks got different numbers of batches"
         seen.update(int(label) for b in per_rank for _, labels in b for label in labels)
-        states = [json_round_trip(loader.state_dict()) for loader in loaders]
+        states = [json_round_trip(r.run(r.loader.state_dict)) for r in ranks]
+        assert [s["rank"] for s in states] == list(range(world)) and {s["world_size"] for s in states} == {world}
         assert all({**s, "rank": 0} == {**states[0], "rank": 0} for s in states)
         state = states[0]
     world = worlds[-1]

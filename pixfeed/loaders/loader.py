@@ -3,14 +3,16 @@
 The rules live in ``plan.py`` (and ``shm.py`` for shared memory); the result
 is attached as ``loader.pixfeed_plan`` and prints as a table of choices and reasons.
 
-Order and epochs: map-style datasets always go through ``ResumableSampler``,
-torch's ``DistributedSampler`` order (with one replica when not distributed)
-startable part-way through an epoch, so the order of epoch ``e`` is a function
-of ``(seed, e)`` alone; their random augmentations are seeded per sample
-(``seeding.py``).  ``PixfeedLoader`` calls
-``set_epoch`` on the sampler, and on the dataset when it has one, each time
-iteration starts, counting epochs itself; call ``loader.set_epoch(e)`` to
-resume at epoch ``e``.
+Order and epochs: map-style datasets always go through torch's
+``DistributedSampler`` order (``sampler.ResumableSampler``, a
+``split.EpochSampler`` that can start part-way through an epoch, with one
+replica when not distributed), so the order of epoch ``e`` is a function of
+``(seed, e)`` alone; random augmentations are seeded per sample (``seeding.py``).
+``PixfeedLoader`` resolves the world and calls ``set_epoch`` on the sampler, and
+on the dataset when it has one, each time iteration starts, counting epochs
+itself; call ``loader.set_epoch(e)`` to resume at epoch ``e`` (a framework's
+``set_epoch`` on the sampler does the same).  How frameworks that rebuild or
+wrap the loader get exactly one split by rank: ``split.py``.
 
 Distributed padding: with ``drop_last=False`` the sampler repeats the first
 ``(-len(dataset)) % world_size`` samples of the epoch's order so that every
@@ -18,8 +20,8 @@ rank gets ``ceil(len / world_size)`` samples and the same number of batches;
 those few samples are seen twice.  With ``drop_last=True`` up to
 ``world_size - 1`` samples are left out instead and the last partial batch is
 dropped, so no sample is seen twice.  Iterable datasets split themselves by
-rank; ``make_loader`` gives them ``rank`` and ``world_size`` when they have
-those attributes.
+rank; the loader gives them ``rank`` and ``world_size`` when each epoch starts
+when they have those attributes.
 """
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ from pixfeed.cpus import available_cpus
 from pixfeed.pagecache import Extents
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders import cacheplan, plan as rules
-from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
-from pixfeed.loaders.collate import collate
+from pixfeed.loaders.batch import BatchReader, ReadAhead
+from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.readahead import Hinter
@@ -42,19 +44,25 @@ from pixfeed.loaders import resume
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
 from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
+from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
 from pixfeed.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
-    """A DataLoader that starts each epoch with ``set_epoch``, may read ahead in a thread, and
-    saves and restores its place in an epoch (``state_dict``, ``load_state_dict``: ``resume.py``)."""
+    """A DataLoader that resolves the world and calls ``set_epoch`` when each epoch starts, may read
+    ahead in a thread, and saves and restores its place in an epoch (``state_dict``, ``load_state_dict``:
+    ``resume.py``).  Its arguments are attributes of the same names, so frameworks that re-create
+    a DataLoader from its attributes (Lightning) re-create it whole."""
 
-    def __init__(self, *args: Any, plan: LoaderPlan, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pixfeed_plan: LoaderPlan, distributed: Distributed = "auto",
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pixfeed_plan = plan
+        self.pixfeed_plan = pixfeed_plan
+        self.distributed = distributed
         self.pixfeed_progress = resume.Progress()
         self.pixfeed_resume_point: Optional[resume.Point] = None
         self.epoch = 0
+        self._warned = False
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (to resume training)."""
@@ -66,17 +74,46 @@ class PixfeedLoader(DataLoader):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state`` (a ``state_dict()``, possibly saved with another world size)."""
+        self._use_world()
         resume.load(self, state)
 
+    def __len__(self) -> int:
+        self._use_world()
+        return super().__len__()
+
     def __iter__(self) -> Iterator[Any]:
+        sampler = self.sampler if isinstance(self.sampler, EpochSampler) else None
+        if sampler is not None and sampler.requested is not None:
+            self.epoch = sampler.requested  # a framework (Lightning's fit loop) set the sampler's epoch
         for target in {id(t): t for t in (self.sampler, self.dataset, resume.user_dataset(self))}.values():
-            if callable(getattr(target, "set_epoch", None)):
+            if target is not sampler and callable(getattr(target, "set_epoch", None)):  # a framework's sampler
                 target.set_epoch(self.epoch)
+        self._use_world()
+        if sampler is not None:
+            sampler.start(self.epoch)
         point = resume.begin_epoch(self, self.epoch)
         self.epoch += 1
         batches = super().__iter__()
         batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
         return self.pixfeed_progress.track(batches, self.epoch - 1, point)
+
+    def _use_world(self) -> World:
+        """This epoch's world, handed to the sampler or iterable dataset; fresh workers if it changed."""
+        world = World.detect(self.distributed)
+        if world != self.pixfeed_plan.world:
+            self.pixfeed_plan.world = world
+            self._iterator = None  # persistent workers hold the old rank: start new ones
+            if isinstance(self.worker_init_fn, WorkerSeeder):
+                self.worker_init_fn.rank = world.rank
+        warning = split_warning(self.sampler, self.distributed, world)
+        if warning and not self._warned:
+            self._warned = True
+            warnings.warn(f"pixfeed: {warning}", stacklevel=3)
+        if isinstance(self.sampler, EpochSampler):
+            self.sampler.use(world)
+        elif isinstance(self.dataset, IterableDataset):
+            split_iterable(self.dataset, world)
+        return world
 
 
 def make_loader(
@@ -129,8 +166,9 @@ def make_loader(
         source,
         batch_size=batch_size,
         drop_last=drop_last,
-        plan=plan,
-        **_ordering(source, plan, shuffle, drop_last, seed, extents),
+        pixfeed_plan=plan,
+        distributed=distributed,
+        **_ordering(source, plan, shuffle, drop_last, seed, distributed, extents),
         **_workers(plan, seed),
     )
 
@@ -178,15 +216,14 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     )
 
 
-def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool,
-              seed: Optional[int], extents: Optional[Extents]) -> Dict[str, Any]:
-    collate_fn = pass_through if plan.path == "batch" else collate
+def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool, seed: Optional[int],
+              distributed: Distributed, extents: Optional[Extents]) -> Dict[str, Any]:
+    collate_fn = Collate(whole_batches=plan.path == "batch")
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
-        _split_iterable(source, plan.world)
         return {"collate_fn": collate_fn}
-    sampler = ResumableSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
-                                 shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
+    sampler = ResumableSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
+                               seed=seed or 0, drop_last=drop_last)
     sampler.quasi = plan.quasi
     sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}
@@ -203,16 +240,6 @@ def _order_iterable(dataset: IterableDataset, shuffle: Optional[bool], seed: Opt
                           f"{' and '.join(missing)} out, or shuffle and seed inside the dataset")
     for name, value in given.items():
         setattr(dataset, name, value)
-
-
-def _split_iterable(dataset: IterableDataset, world: World) -> None:
-    if world.size == 1:
-        return
-    if hasattr(dataset, "rank") and hasattr(dataset, "world_size"):
-        dataset.rank, dataset.world_size = world.rank, world.size
-    else:
-        warnings.warn(f"{type(dataset).__name__} has no rank/world_size attributes: unless it splits "
-                      "its data by rank itself, every rank will read every sample", RuntimeWarning, stacklevel=4)
 
 
 def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:

@@ -116,7 +116,7 @@ def load(loader: Any, state: Any) -> None:
         point = {name: state[name] for name in ("workers", "worker_consumed", "next_worker")}
     else:
         point = {"start": state["start"] + state["consumed"] * state["world_size"]}
-        loader.sampler.start = point["start"]
+        loader.sampler.offset = point["start"]
         loader.sampler.quasi = tuple(state["order"]) if state["order"] != "random" else None
     loader.pixfeed_resume_point = point
     loader.pixfeed_progress = Progress()
@@ -131,7 +131,7 @@ def begin_epoch(loader: Any, epoch: int) -> Point:
         if callable(getattr(dataset, "resume", None)):
             dataset.resume(epoch, point.get("worker_consumed"), point.get("next_worker", 0))
     else:
-        loader.sampler.start = point.get("start", 0)
+        loader.sampler.offset = point.get("start", 0)
     return point
 
 

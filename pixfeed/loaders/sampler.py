@@ -1,44 +1,47 @@
-"""``ResumableSampler``: torch's ``DistributedSampler`` order, startable part-way through an epoch.
+"""``ResumableSampler``: ``split.EpochSampler`` (torch's ``DistributedSampler`` order), startable
+part-way through an epoch.
 
 The epoch's order is ``DistributedSampler``'s: a permutation of the ``n``
 indices drawn from ``seed + epoch`` (or ``0..n-1`` without shuffling),
 repeated cyclically for padding, ``stream[p] = order[p % n]``.  Rank ``r`` of
-``W`` reads positions ``start + r, start + r + W, ...`` up to ``end``, where
-``end - start`` is the multiple of ``W`` just above ``n - start``
-(``drop_last=False``: up to ``W - 1`` samples from the start of the order
-repeat) or just below it (``drop_last=True``: up to ``W - 1`` left out).
-With ``start = 0`` this is exactly ``DistributedSampler``.
+``W`` (this epoch's world, resolved by ``EpochSampler``) reads positions
+``offset + r, offset + r + W, ...`` up to ``end``, where ``end - offset`` is
+the multiple of ``W`` just above ``n - offset`` (``drop_last=False``: up to
+``W - 1`` samples from the start of the order repeat) or just below it
+(``drop_last=True``: up to ``W - 1`` left out).  With ``offset = 0`` this is
+exactly ``DistributedSampler``.
+
+``offset`` (``start`` in a loader's state) is the number of stream positions
+all ranks together consumed before a resume.  Ranks read in lock step, so when
+every rank has consumed ``k`` samples the consumed positions are exactly
+``0 .. offset + k * W - 1``, whatever ``W`` is: a resume on ``W'`` ranks starts
+at ``offset + k * W`` and splits what is left of the epoch evenly among the
+``W'`` ranks.  No sample is lost or repeated, apart from the padding above;
+with the same ``W`` the remaining positions of every rank are exactly those it
+would have read.
 
 ``quasi = (chunk, window)`` replaces the full shuffle with ``order.quasi_random``
 (drawn from the same generator), for datasets larger than memory.  ``hints``
 (a ``readahead.Hinter``) asks storage for the records of the next batches
 while the indices are handed out.
-
-``start`` is the number of stream positions all ranks together consumed before
-a resume.  Ranks read in lock step, so when every rank has consumed ``k``
-samples the consumed positions are exactly ``0 .. start + k * W - 1``,
-whatever ``W`` is: a resume on ``W'`` ranks starts at ``start + k * W`` and
-splits what is left of the epoch evenly among the ``W'`` ranks.  No sample is
-lost or repeated, apart from the padding above; with the same ``W`` the
-remaining positions of every rank are exactly those it would have read.
 """
 from __future__ import annotations
 
 from typing import Iterator, List, Optional, Tuple
 
 import torch
-from torch.utils.data import DistributedSampler
 
 from pixfeed.loaders.order import quasi_random
 from pixfeed.loaders.readahead import Hinter
+from pixfeed.loaders.split import EpochSampler
 
 
-class ResumableSampler(DistributedSampler):
-    """``DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last)`` plus ``start``."""
+class ResumableSampler(EpochSampler):
+    """``EpochSampler(dataset, distributed, shuffle, seed, drop_last)`` plus ``offset``."""
 
     def __init__(self, dataset, **options) -> None:
         super().__init__(dataset, **options)
-        self.start = 0
+        self.offset = 0
         self.quasi: Optional[Tuple[int, int]] = None
         self.hints: Optional[Hinter] = None
 
@@ -56,14 +59,16 @@ class ResumableSampler(DistributedSampler):
     @property
     def end(self) -> int:
         """The stream position after the last one any rank reads this epoch."""
-        left, world = max(len(self.dataset) - self.start, 0), self.num_replicas
+        left, world = max(len(self.dataset) - self.offset, 0), self.num_replicas
         per_rank = left // world if self.drop_last else -(-left // world)
-        return self.start + per_rank * world
+        return self.offset + per_rank * world
 
     def __len__(self) -> int:
-        return (self.end - self.start) // self.num_replicas
+        self._resize()  # this epoch's world
+        return (self.end - self.offset) // self.num_replicas
 
     def __iter__(self) -> Iterator[int]:
+        self._resize()
         order = self.order()
-        indices = [order[p % len(order)] for p in range(self.start + self.rank, self.end, self.num_replicas)]
+        indices = [order[p % len(order)] for p in range(self.offset + self.rank, self.end, self.num_replicas)]
         return self.hints.follow(indices) if self.hints is not None else iter(indices)
