@@ -20,6 +20,7 @@ from pixfeed.loaders.order import quasi_random
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.packers import pack
 from pixfeed.pagecache import Extents, will_need
+from pixfeed.world import World
 
 FORMATS = [(f, s) for f in ("mmap", "lmdb", "hdf5") for s in ("pixels", "encoded")]
 
@@ -139,9 +140,10 @@ def test_quasi_random_sampler_splits_ranks_evenly_and_resumes(world, drop_last):
     data = list(range(100))
 
     def sampler(rank, start=0, epoch=2):
-        s = ResumableSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=5, drop_last=drop_last)
+        s = ResumableSampler(data, distributed=False, shuffle=True, seed=5, drop_last=drop_last)
         s.quasi, s.offset = (4, 20), start
-        s.set_epoch(epoch)
+        s.use(World(rank, world))
+        s.start(epoch)
         return list(s)
 
     ranks = [sampler(r) for r in range(world)]
