@@ -91,8 +91,8 @@ def check_cache(path: Path, room: Optional[int]) -> Finding:
     value = f"{path}: {size(nbytes)}, page cache room {'?' if room is None else size(room)}: {where}"
     if where == "disk":
         return Finding("dataset vs memory", value, "read from the disk every epoch: make_loader reads ahead in the "
-                       "sampler's order (io_ahead); make_loader(order='quasi_random') reads at about the disk's "
-                       "sequential rate; or add memory, or pack smaller (--store encoded --max-side 384)", WARN, data)
+                       "sampler's order (io_ahead); on storage slow at random reads, make_loader("
+                       "order='quasi_random'); or add memory, or pack smaller (--store encoded --max-side 384)", WARN, data)
     if where == "page cache":
         return Finding("dataset vs memory", value, "epochs after the first are served from the page cache (the "
                        "first is read ahead from the disk in the sampler's order)", OK, data)

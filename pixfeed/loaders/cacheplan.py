@@ -5,7 +5,7 @@
   (``pixfeed.memory.fits_in_page_cache``: ``MemAvailable``, or a cgroup's limit
   minus its non-cache usage when smaller); ``"disk"`` otherwise: every epoch
   reads from storage (the readers then read without mapping the files), and
-  ``order="quasi_random"`` may read it faster.
+  ``order="quasi_random"`` may read it faster where random reads are slow.
 * ``io_ahead``: bytes of records requested from storage ahead of the reader
   (``readahead.Hinter``), default ``min(MAX_IO_AHEAD, room // 8)``; 0 (off) for
   datasets without record byte ranges.  The first epoch of a dataset that fits
@@ -30,7 +30,7 @@ MIN_IO_AHEAD = 1 << 20
 
 
 def mib(n: float) -> str:
-    return f"{n / 2**20:,.0f} MiB"
+    return f"{n / 2**20:,.1f} MiB"
 
 
 def dataset_bytes(dataset: Any) -> Optional[int]:
@@ -54,7 +54,7 @@ def choose_storage(nbytes: Optional[int], room: Optional[int]) -> tuple:
     if fits_in_page_cache(nbytes, room):
         return "page cache", f"dataset {mib(nbytes)} fits in {mib(room)} of page cache this process may keep"
     return "disk", (f"dataset {mib(nbytes)} > {CACHE_FRACTION:.0%} of {mib(room)} this process may cache: every "
-                    f"epoch reads from storage; order='quasi_random' reads it faster")
+                    f"epoch reads from storage, ahead in the sampler's order (order='quasi_random' for slow random reads)")
 
 
 def choose_io_ahead(requested: Any, extents: Optional[Extents], room: Optional[int]) -> tuple:
