@@ -19,7 +19,7 @@ import threading
 from typing import Any, Iterator, List, Tuple
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
@@ -45,7 +45,15 @@ class BatchReader(Dataset):
 
 
 def pass_through(batch: Batch) -> Batch:
-    """collate_fn for BatchReader: the batch is already gathered."""
+    """collate_fn for BatchReader: the batch is already gathered.
+
+    In a worker it is moved to shared memory here, as ``default_collate`` does, so
+    that a full ``/dev/shm`` fails this call and reaches the training process as
+    an error; left to the queue's sending thread, the failure only printed and
+    the batch never arrived (the loader waited forever)."""
+    if get_worker_info() is not None:
+        for tensor in batch:
+            tensor.share_memory_()
     return batch
 
 

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from pixfeed.loaders import plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
@@ -35,7 +35,8 @@ from pixfeed.loaders.collate import collate
 from pixfeed.loaders.cpus import available_cpus
 from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
 from pixfeed.loaders.seeding import WorkerSeeder, preserved_rngs
-from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
+from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
+from pixfeed.loaders.watchdog import POLL, Guarded, RecordedSampler, Workers
 from pixfeed.loaders.world import Distributed, World
 from pixfeed.errors import OptionError
 
@@ -59,6 +60,7 @@ class PixfeedLoader(DataLoader):
                 target.set_epoch(self.epoch)
         self.epoch += 1
         batches = super().__iter__()
+        batches = Workers(batches, self) if self.num_workers else Guarded(batches, self)
         return ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
 
 
@@ -75,6 +77,7 @@ def make_loader(
     read_ahead: Auto = "auto",
     seed: int = 0,
     distributed: Distributed = "auto",
+    stall_timeout: float = rules.STALL_TIMEOUT,
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
@@ -83,15 +86,16 @@ def make_loader(
         from pixfeed.diagnose.autotune import tuned_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                            read_ahead=read_ahead, seed=seed, distributed=distributed)
+                            read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout)
     check_int("batch_size", batch_size, 1)
     check_int("seed", seed, 0)
     _check_batchable(dataset, batch_size)
     world = World.detect(distributed)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
-    if plan.sharing_strategy == "file_system":
-        fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
+    plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
+    if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
+        torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
     source = BatchReader(dataset) if plan.path == "batch" else dataset
     return PixfeedLoader(
         source,
@@ -127,10 +131,10 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     sample = sample_bytes(dataset)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))
-    strategy = torch.multiprocessing.get_sharing_strategy()
-    reasons["sharing_strategy"] = "no workers" if not workers else "batch size in bytes unknown"
     if workers and batch_bytes is not None:
-        prefetch, strategy, reasons["sharing_strategy"] = plan_sharing(batch_bytes, workers, prefetch)
+        asked = num_workers != "auto" or prefetch_factor != "auto" or persistent_workers is True
+        workers, prefetch = fit_shared_memory(reasons, batch_bytes, workers, prefetch, asked)
+    strategy = take("sharing_strategy", choose_strategy(workers, prefetch or 0))
     return LoaderPlan(
         path=path,
         num_workers=workers,
@@ -172,7 +176,7 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: bool, drop_last: bool, see
     if isinstance(source, IterableDataset):
         _split_iterable(source, plan.world)
         return {"collate_fn": collate_fn}
-    sampler = DistributedSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
+    sampler = RecordedSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
                                  shuffle=shuffle, seed=seed, drop_last=drop_last)
     return {"sampler": sampler, "collate_fn": collate_fn}
 
@@ -195,4 +199,5 @@ def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:
         "prefetch_factor": plan.prefetch_factor,
         "worker_init_fn": WorkerSeeder(plan.world.rank) if plan.num_workers else None,
         "generator": torch.Generator().manual_seed(seed),
+        "timeout": POLL if plan.num_workers else 0,  # each expiry checks the worker waited on (watchdog.py)
     }
