@@ -36,7 +36,8 @@ from pixfeed.loaders.cpus import available_cpus
 from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
 from pixfeed.loaders.seeding import WorkerSeeder, preserved_rngs
 from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
-from pixfeed.loaders.watchdog import POLL, Guarded, RecordedSampler, Workers
+from pixfeed.loaders.progress import POLL, RecordedSampler
+from pixfeed.loaders.watchdog import watched
 from pixfeed.loaders.world import Distributed, World
 from pixfeed.errors import OptionError
 
@@ -59,8 +60,7 @@ class PixfeedLoader(DataLoader):
             if callable(getattr(target, "set_epoch", None)):
                 target.set_epoch(self.epoch)
         self.epoch += 1
-        batches = super().__iter__()
-        batches = Workers(batches, self) if self.num_workers else Guarded(batches, self)
+        batches = watched(self, super().__iter__)
         return ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
 
 

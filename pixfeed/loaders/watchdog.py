@@ -1,139 +1,132 @@
 """Every wait of the loader on a reader has a bound.
 
-A training job that hangs costs more than one that fails.  ``PixfeedLoader``
-never waits on a reader without checking on it every ``POLL`` seconds:
+A training job that hangs costs more than one that fails.  ``watched`` wraps
+torch's iterator so that no wait on a reader goes unchecked:
 
-* **workers** (``Workers``): torch's DataLoader gets ``timeout=POLL``; each
-  expiry checks the worker whose batch the loader waits for.  A worker that
-  died (killed, out of memory, crashed) raises ``WorkerDiedError`` naming the
-  worker, its pid, the signal, the batch's records and the likely cause (the
+* **in process**: ``guard.Guarded`` (a helper thread reads, the caller's wait
+  is bounded).
+* **workers**: torch's DataLoader gets ``timeout=POLL``, so a dead worker is
+  found within ``POLL`` seconds (or at once, by torch's SIGCHLD handler) and
+  raises ``WorkerDiedError`` naming the worker, its pid, the signal, the
+  records of the batches it had not delivered and the likely cause (the
   memory cgroup's ``oom_kill`` count tells the out-of-memory killer from a
-  plain ``kill -9``).  A batch that cannot be placed in ``/dev/shm`` raises
-  ``SharedMemoryError`` with the free space and the fix.
-* **in process** (``Guarded``): batches are read in a helper thread, one per
-  request (no reading ahead), so the training thread waits with a bound.
-* **stuck readers**: a reader that made no progress (``proc.py``: no CPU time,
-  no page fault, no byte read) for ``stall_timeout`` seconds raises
-  ``LoaderStalledError`` naming it, the batch's records, the file its system
-  call waits on and the likely cause (stopped, storage not answering).  A slow
-  reader that still reads or computes is never stopped.
+  plain ``kill -9``).  A batch that cannot be placed in ``/dev/shm``, or
+  workers that cannot start for lack of it, raise ``SharedMemoryError``.
+* **stuck workers**: while the training thread waits, a monitor thread checks
+  the worker it waits on every ``POLL`` seconds (``progress.Stall``).  After
+  ``stall_timeout`` seconds without progress it kills that worker and the
+  training thread raises ``LoaderStalledError`` naming the worker, its state,
+  the batch's records and the file its read waits on.  The monitor, not the
+  training thread, acts because the training thread may itself be blocked
+  inside torch: receiving a batch's memory means asking the sending worker
+  for a file descriptor, and a stopped worker never answers.  Killing it ends
+  that wait too, and a stopped worker would otherwise block shutdown and the
+  interpreter's exit.
 """
 from __future__ import annotations
 
+import errno
 import os
-import queue
 import signal
 import threading
 import time
-from typing import Any, Iterator, List, Optional
+import weakref
+from typing import Any, Callable, Iterator, Optional
 
-from torch.utils.data import DistributedSampler
+import torch
 
-from pixfeed.errors import LoaderStalledError, PixfeedError, SharedMemoryError, WorkerDiedError
-from pixfeed.loaders.proc import Task, oom_kills, task
+from pixfeed.errors import LoaderError, PixfeedError, SharedMemoryError, WorkerDiedError
+from pixfeed.loaders.guard import Guarded
+from pixfeed.loaders.proc import oom_kills, task
+from pixfeed.loaders.progress import POLL, Stall, batch_records
 from pixfeed.loaders.shm import shm_free_bytes, shortage
 
-POLL = 1.0  # seconds between checks while the loader waits on a reader
+
+def watched(loader: Any, start: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """The loader's batches from ``start()`` (torch's iterator), every wait on them bounded."""
+    plan = loader.pixfeed_plan
+    if loader.num_workers and shm_free_bytes() < (plan.batch_bytes or 0) * loader.num_workers:
+        raise SharedMemoryError(f"/dev/shm filled up since the loader was made: {_shortage(loader)}")
+    try:
+        batches = start()
+    except OSError as error:  # the workers' queues and semaphores live in /dev/shm too
+        if error.errno != errno.ENOSPC:
+            raise
+        raise SharedMemoryError(f"the DataLoader workers could not start: {_shortage(loader)}") from error
+    return Workers(batches, loader) if loader.num_workers else Guarded(batches, loader)
 
 
-class RecordedSampler(DistributedSampler):
-    """A DistributedSampler that keeps the epoch's order, so a stalled batch's records can be named."""
-
-    order: List[int] = []
-
-    def __iter__(self) -> Iterator[int]:
-        self.order = list(super().__iter__())
-        return iter(self.order)
-
-
-def batch_records(loader: Any, batch: int) -> str:
-    """The records of the epoch's ``batch``-th batch, as the error messages name them."""
-    order = getattr(loader.sampler, "order", None)
-    if not order:
-        return f"batch {batch} of the stream"
-    records = order[batch * loader.batch_size:(batch + 1) * loader.batch_size]
-    dataset = getattr(loader.dataset, "dataset", loader.dataset)
-    first = dataset.where(records[0]) if callable(getattr(dataset, "where", None)) else f"record {records[0]}"
-    more = f" and {len(records) - 4} more" if len(records) > 4 else ""
-    return f"batch {batch}: records {records[:4]}{more}, the first being {first}"
-
-
-class Stall:
-    """Whether one reader has gone ``timeout`` seconds without progress while the loader waited."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.reset()
-
-    def reset(self) -> None:
-        self.last: Any = None
-        self.since = time.monotonic()
-
-    def stuck(self, reader: Any, snapshot: Task) -> bool:
-        if (reader, snapshot.progress) != self.last:
-            self.last, self.since = (reader, snapshot.progress), time.monotonic()
-        return time.monotonic() - self.since > self.timeout
-
-    def error(self, who: str, records: str, snapshot: Task) -> LoaderStalledError:
-        if snapshot.state in ("T", "t"):
-            cause = "it is stopped (SIGSTOP or a debugger; SIGCONT resumes it)"
-        elif snapshot.file:
-            cause = f"its read of {snapshot.file} does not return: the storage stopped answering (a network or FUSE mount?)"
-        else:
-            cause = "it is blocked (a read that never returns, a lock, a full pipe)"
-        return LoaderStalledError(f"{who} made no progress for {self.timeout:g} s reading {records} ({snapshot}): "
-                                  f"{cause}. A reader that still reads or computes is not stopped; if one record "
-                                  "may take longer, raise make_loader's stall_timeout")
+def _shortage(loader: Any) -> str:
+    plan = loader.pixfeed_plan
+    return shortage(plan.batch_bytes or 0, plan.num_workers, shm_free_bytes())
 
 
 class Workers(Iterator[Any]):
-    """Torch's multi-process iterator (made with ``timeout=POLL``), its waits checked."""
+    """Torch's multi-process iterator (made with ``timeout=POLL``), its waits watched."""
 
     def __init__(self, batches: Any, loader: Any) -> None:
         self.batches, self.loader = batches, loader
         self.stall = Stall(loader.pixfeed_plan.stall_timeout)
         self.oom_kills = oom_kills()
+        self.waiting, self.done = False, False
+        self.failure: Optional[LoaderError] = None
+        threading.Thread(target=_monitor, args=(weakref.ref(self),), name="pixfeed-watchdog", daemon=True).start()
 
     def __next__(self) -> Any:
         self.stall.reset()
-        while True:
-            try:
-                return next(self.batches)
-            except RuntimeError as error:
-                text = str(error)
-                if isinstance(error, PixfeedError):
+        self.waiting = True
+        try:
+            while True:
+                try:
+                    return next(self.batches)
+                except StopIteration:
+                    self.done = True
                     raise
-                if text.startswith("DataLoader worker (pid"):
-                    raise self._died() from error
-                if "No space left on device" in text and "shared memory" in text:
-                    plan = self.loader.pixfeed_plan
-                    raise SharedMemoryError(f"a worker could not place its batch in shared memory: "
-                                            f"{shortage(plan.batch_bytes or 0, plan.num_workers, shm_free_bytes())}"
-                                            ) from error
-                if not text.startswith("DataLoader timed out"):
-                    raise
-                self._check_waited_worker()
+                except Exception as error:  # noqa: BLE001 - each case is re-raised, named or as it was
+                    if self.failure is not None or not self._timed_out(error):
+                        self.done = True
+                        raise self._explain(error) from error
+        finally:
+            self.waiting = False
 
-    def _check_waited_worker(self) -> None:
+    @staticmethod
+    def _timed_out(error: Exception) -> bool:
+        return isinstance(error, RuntimeError) and str(error).startswith("DataLoader timed out")
+
+    def _explain(self, error: Exception) -> Exception:
+        if self.failure is not None:
+            return self.failure
+        if isinstance(error, PixfeedError):
+            return error
+        if any(not p.is_alive() for p in self.batches._workers):
+            return self._died()
+        text = str(error)
+        if "No space left on device" in text and "shared memory" in text:
+            return SharedMemoryError(f"a worker could not place its batch in shared memory: {_shortage(self.loader)}")
+        return error
+
+    def check(self) -> None:
+        """Called by the monitor thread while the training thread waits: end a stuck worker."""
         batch = self.batches._rcvd_idx
         worker = self.batches._task_info.get(batch, (None,))[0]
-        if worker is None:
+        if worker is None or self.failure is not None:
             return
         pid = self.batches._workers[worker].pid
         snapshot = task(pid)
         if self.stall.stuck((worker, batch), snapshot):
-            raise self.stall.error(f"DataLoader worker {worker} (pid {pid})", batch_records(self.loader, batch),
-                                   snapshot)
+            self.failure = self.stall.error(f"DataLoader worker {worker} (pid {pid})",
+                                            batch_records(self.loader, batch), snapshot)
+            if getattr(self.batches, "_worker_pids_set", False):  # torch's SIGCHLD handler would raise its own
+                torch._C._remove_worker_pids(id(self.batches))
+                self.batches._worker_pids_set = False
+            os.kill(pid, signal.SIGKILL)
 
     def _died(self) -> WorkerDiedError:
-        dead = [(w, p) for w, p in enumerate(self.batches._workers) if not p.is_alive()]
-        if not dead:
-            return WorkerDiedError("a DataLoader worker exited unexpectedly")
-        worker, process = dead[0]
+        worker, process = next((w, p) for w, p in enumerate(self.batches._workers) if not p.is_alive())
         pending = sorted(k for k, info in self.batches._task_info.items() if info[0] == worker and len(info) == 1)
-        records = batch_records(self.loader, pending[0]) if pending else "no batch"
-        return WorkerDiedError(f"DataLoader worker {worker} (pid {process.pid}) {self._how(process.exitcode)} "
-                               f"while reading {records}")
+        records = "; ".join(batch_records(self.loader, k) for k in pending) or "none"
+        return WorkerDiedError(f"DataLoader worker {worker} (pid {process.pid}) {self._how(process.exitcode)}. "
+                               f"Its batches not yet received: {records}")
 
     def _how(self, code: Optional[int]) -> str:
         if code is None or code >= 0:
@@ -151,50 +144,14 @@ class Workers(Iterator[Any]):
         return f"was killed by {name}: likely {causes.get(name, 'a crash in native code or a signal sent to it')}"
 
 
-class Guarded(Iterator[Any]):
-    """Reads ``source`` in a helper thread, one item per request, so the caller's wait has a bound."""
-
-    def __init__(self, source: Iterator[Any], loader: Any) -> None:
-        self.loader, self.batch, self.done = loader, 0, False
-        self.stall = Stall(loader.pixfeed_plan.stall_timeout)
-        self._requests: "queue.Queue[bool]" = queue.Queue()
-        self._results: "queue.Queue[Any]" = queue.Queue()
-        self._thread = threading.Thread(target=self._serve, args=(source,), name="pixfeed-reader", daemon=True)
-        self._thread.start()
-
-    def _serve(self, source: Iterator[Any]) -> None:
-        while self._requests.get():
-            try:
-                self._results.put((True, next(source)))
-            except BaseException as error:  # StopIteration included: re-raised in the caller
-                self._results.put((False, error))
-
-    def __next__(self) -> Any:
-        if self.done:
-            raise StopIteration
-        self._requests.put(True)
-        self.stall.reset()
-        while True:
-            try:
-                ok, item = self._results.get(timeout=POLL)
-                break
-            except queue.Empty:
-                snapshot = task(os.getpid(), self._thread.native_id)
-                if self.stall.stuck(self.batch, snapshot):
-                    self.close()
-                    raise self.stall.error("the in-process reader", batch_records(self.loader, self.batch),
-                                           snapshot) from None
-        if not ok:
-            self.close()
-            raise item
-        self.batch += 1
-        return item
-
-    def close(self) -> None:
-        """Let the thread end (at once when idle, after its current read otherwise)."""
-        self.done = True
-        self._requests.put(False)
-
-    def __del__(self) -> None:
-        if not self.done:
-            self.close()
+def _monitor(ref: "weakref.ref[Workers]") -> None:
+    """Check the waited-on worker every POLL seconds; holds no reference between checks, so an
+    abandoned iterator is still collected (and its workers shut down)."""
+    while True:
+        time.sleep(POLL)
+        workers = ref()
+        if workers is None or workers.done:
+            return
+        if workers.waiting:
+            workers.check()
+        del workers
