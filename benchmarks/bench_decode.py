@@ -113,14 +113,14 @@ def main() -> None:
     source = scan(args.src)
     blobs = [(source.root / p).read_bytes() for p in source.paths[: args.limit]]
     s = (args.size, args.size)
-    fast = lambda d: decode(d, size=s, exact=False)  # noqa: E731
-    cands = {"usual": lambda d: usual(d, args.size), "pixfeed exact": lambda d: decode(d, size=s),
+    fast = lambda d: decode(d, size=s)  # noqa: E731
+    cands = {"usual": lambda d: usual(d, args.size), "pixfeed exact": lambda d: decode(d, size=s, exact=True),
              "pixfeed fast": fast, "pixfeed fast, no simplejpeg": without_simplejpeg(fast)}
     arrays = [np.array(decode(d)) for d in blobs]
     resizers = resize_candidates(args.size)
     times = interleaved({**cands, **resizers}, {**{k: blobs for k in cands}, **{k: arrays for k in resizers}},
                         args.reps)
-    exact = [decode(d, size=s) for d in blobs]
+    exact = [decode(d, size=s, exact=True) for d in blobs]
     print(f"{len(blobs)} JPEGs from {args.src}, one thread, best of {args.reps} interleaved runs, size {args.size}")
     print(f"{'candidate':32s} {'img/s':>8s} {'x usual':>8s} {'PSNR min/p1/median vs exact':>28s}")
     for k, fn in cands.items():
@@ -135,7 +135,7 @@ def main() -> None:
 def max_side_table(blobs: List[bytes], s, reps: int, exact: List[np.ndarray]) -> None:
     sides = [None, 384, 320, 256]
     sets = {side: blobs if side is None else [reencode(d, side) for d in blobs] for side in sides}
-    fast = lambda d: decode(d, size=s, exact=False)  # noqa: E731
+    fast = lambda d: decode(d, size=s)  # noqa: E731
     times = interleaved({str(k): fast for k in sides}, {str(k): v for k, v in sets.items()}, reps)
     print(f"\n--max-side (re-encoded at quality 90; PSNR of the fast {s[0]} crop vs the original's exact one)")
     for side, data in sets.items():

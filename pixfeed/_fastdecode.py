@@ -1,6 +1,7 @@
 """The fused read-time path behind ``decode(..., exact=False)``.
 
-Same rules and geometry as the exact path in ``decode.py``; three things differ:
+Same rules and geometry (``geometry.plan``) as the exact path in ``decode.py``;
+three things differ:
 
 1. JPEGs that ``_jpeghead.probe`` accepts are decoded by simplejpeg (when
    installed) into RGBX, with libjpeg-turbo's fast integer IDCT and plain chroma
@@ -14,8 +15,8 @@ Same rules and geometry as the exact path in ``decode.py``; three things differ:
 3. One uint8 antialiased bilinear resize by torch (AVX2 kernels, 3-4x faster
    than Pillow's), with the scale given explicitly so that output pixel
    centres fall where Pillow's do; center crops resize the whole image and
-   slice, random crops resize only the box (so their edge pixels do not see
-   the pixels outside it, as Pillow's do).
+   slice, random crops resize only the box (as torchvision and the exact path
+   do: crop, then resize).
 
 Tolerance against the exact path (checked in tests/test_decode.py, measured in
 benchmarks/bench_decode.py): PSNR >= 35 dB; on 500 ImageNet photos at 224 the
@@ -23,43 +24,20 @@ minimum is 38 dB and the median 44 dB.  Without ``size`` the pixels are exact.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
 
 from . import _jpeghead
-from .decode import Size, _crop_box, check_limit, open_image, random_box, sniff, to_rgb
+from .decode import check_limit, open_image, sniff, to_rgb
+from .geometry import Plan, Size, plan
 from .errors import ImageDecodeError
 
 DCT_MARGIN = 2
 _ORIENT = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1],
            5: lambda a: a.transpose(1, 0, 2), 6: lambda a: np.rot90(a, -1),
            7: lambda a: a[::-1, ::-1].transpose(1, 0, 2), 8: lambda a: np.rot90(a, 1)}
-
-
-class Plan(NamedTuple):
-    """Resize ``box`` of the oriented source (None: all of it, ``src`` (W, H)) to
-    ``scaled`` (W, H), then crop or pad at ``offset``, then maybe flip."""
-    box: Optional[Tuple[int, int, int, int]]
-    src: Tuple[int, int]
-    scaled: Tuple[int, int]
-    offset: Tuple[int, int]  # crop: top-left of the kept window; pad: where the image goes
-    flip: bool = False
-
-
-def plan(w: int, h: int, size: Size, resize_mode: str, crop: str, rng) -> Plan:
-    """The geometry of the exact path for an oriented w x h image."""
-    H, W = size
-    if crop == "random":
-        x0, y0, x1, y1 = random_box(w, h, rng)
-        return Plan((x0, y0, x1, y1), (x1 - x0, y1 - y0), (W, H), (0, 0), bool(rng.random() < 0.5))
-    if resize_mode == "stretch":
-        return Plan(None, (w, h), (W, H), (0, 0))
-    rw, rh = _crop_box(w, h, size, resize_mode)
-    if resize_mode == "crop":
-        return Plan(None, (w, h), (rw, rh), ((rw - W) // 2, (rh - H) // 2))
-    return Plan(None, (w, h), (rw, rh), ((W - rw) // 2, (H - rh) // 2))
 
 
 def dct_divisor(p: Plan) -> int:
@@ -71,7 +49,7 @@ def dct_divisor(p: Plan) -> int:
     return 1
 
 
-def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, rng,
+def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, crop_ratio: float, rng,
                 where: str, max_pixels: Optional[int]) -> np.ndarray:
     """Decode to a C-contiguous uint8 H x W x 3 array by the fast path."""
     head = _jpeghead.probe(data) if sniff(data) == "JPEG" else None
@@ -83,7 +61,7 @@ def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, 
         check_limit(head.width, head.height, where, max_pixels)
         w, h, orientation = head.width, head.height, head.orientation
     w, h = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
-    p = plan(w, h, size, resize_mode, crop, rng) if size is not None else None
+    p = plan(w, h, size, resize_mode, crop, rng, crop_ratio) if size is not None else None
     d = dct_divisor(p) if p is not None else 1
     arr = _simplejpeg(data, head, d, orientation, fast=p is not None) if head is not None else None
     if arr is None:  # not for simplejpeg, or libjpeg-turbo complained: Pillow decides

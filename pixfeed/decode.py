@@ -12,36 +12,41 @@ Rules, the same at pack time (``--store pixels``) and at read time (encoded):
    ``PIL.Image.convert("RGB")`` and torchvision's ImageFolder do); CMYK and
    YCCK JPEGs go through Pillow's CMYK->RGB conversion; 16-bit images keep
    their high byte (``v >> 8``).
-5. Resizing uses Pillow's antialiased bilinear filter:
-   ``crop``    scale so the image covers HxW (short side to S), then center crop;
+5. Resizing uses Pillow's antialiased bilinear filter, with the geometry and
+   rounding of torchvision (``pixfeed.geometry``):
+   ``crop``    scale so the image covers HxW / crop_ratio (short side to
+               floor(S / crop_ratio), long side truncated), then center crop;
    ``pad``     scale so the image fits in HxW, center it on black;
-   ``stretch`` scale to exactly HxW.
+   ``stretch`` scale to exactly HxW;
+   ``crop="random"``: RandomResizedCrop's box, cropped then resized, then a
+   horizontal flip with probability 1/2.
    The output is a C-contiguous uint8 array of shape H x W x 3.
-6. Two paths follow these rules.  ``exact=True`` (the default: packing,
-   verify, check_encoded) is Pillow throughout, pixel-exact with a plain Pillow
-   decode + ``resize(BILINEAR)`` + crop.  ``exact=False`` (the default of
-   datasets reading encoded records) is ``_fastdecode``: simplejpeg when
-   installed, DCT-domain downscaling, torch's uint8 antialiased resize; same
-   rules 1-4 and geometry, pixels within PSNR >= 35 dB of the exact path
-   (identical when ``size`` is None).
+6. Two paths follow these rules, chosen by ``exact`` (False by default, in
+   ``decode`` as in the datasets).  ``exact=True`` (packing and verify always
+   pass it) is Pillow throughout, pixel-exact with torchvision's Pillow
+   transforms.  ``exact=False`` is ``_fastdecode``: simplejpeg when installed,
+   DCT-domain downscaling, torch's uint8 antialiased resize; same rules 1-4 and
+   geometry, pixels within PSNR >= 35 dB of the exact path (identical when
+   ``size`` is None).
 """
 from __future__ import annotations
 
 import io
-import math
 import warnings
 from typing import Optional, Tuple
 
 import numpy as np
 from PIL import Image, ImageOps
 
+from . import geometry
 from .errors import ImageDecodeError, OptionError
+from .geometry import Plan, Size, check_crop_ratio
 
 FORMATS = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG\r\n\x1a\n"}
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png"}
 RESIZE_MODES = ("crop", "pad", "stretch")
 CROP_MODES = ("center", "random")
-Size = Tuple[int, int]
+CROP_RATIO = 224 / 256  # the evaluation transform: Resize(256) + CenterCrop(224)
 
 
 def sniff(data: bytes) -> Optional[str]:
@@ -125,79 +130,67 @@ def to_rgb(img: Image.Image, where: str) -> Image.Image:
         raise ImageDecodeError(f"{where}: cannot decode image ({type(e).__name__}: {e})") from None
 
 
-def _crop_box(w: int, h: int, size: Size, mode: str) -> Tuple[int, int]:
-    """Resized (w, h) before cropping or padding."""
+def apply_plan(img: Image.Image, p: Plan, size: Size) -> Image.Image:
+    """Pillow's rendering of a geometry ``Plan``: crop the box, resize, crop or pad, flip."""
     H, W = size
-    scale = (max if mode == "crop" else min)(H / h, W / w)
-    return max(1, round(w * scale)), max(1, round(h * scale))
+    if p.box is not None:
+        img = img.crop(p.box)
+    if img.size != p.scaled:
+        img = img.resize(p.scaled, Image.BILINEAR)
+    (ox, oy), (sw, sh) = p.offset, p.scaled
+    if sw >= W and sh >= H:
+        img = img if (sw, sh) == (W, H) else img.crop((ox, oy, ox + W, oy + H))
+    else:
+        canvas = Image.new("RGB", (W, H))
+        canvas.paste(img, (ox, oy))
+        img = canvas
+    return img.transpose(Image.FLIP_LEFT_RIGHT) if p.flip else img
 
 
-def resize(img: Image.Image, size: Size, mode: str = "crop") -> Image.Image:
-    """Resize an RGB image to exactly ``size`` (H, W) by ``mode``."""
+def resize(img: Image.Image, size: Size, mode: str = "crop", crop_ratio: float = 1.0) -> Image.Image:
+    """Resize an RGB image to exactly ``size`` (H, W) by ``mode`` (see ``geometry``)."""
     if mode not in RESIZE_MODES:
         raise OptionError(f"resize mode {mode!r}: expected one of {', '.join(RESIZE_MODES)}")
-    H, W = size
-    if img.size == (W, H):
-        return img
-    if mode == "stretch":
-        return img.resize((W, H), Image.BILINEAR)
-    rw, rh = _crop_box(*img.size, size, mode)
-    scaled = img if (rw, rh) == img.size else img.resize((rw, rh), Image.BILINEAR)
-    if mode == "crop":
-        left, top = (rw - W) // 2, (rh - H) // 2
-        return scaled.crop((left, top, left + W, top + H))
-    canvas = Image.new("RGB", (W, H))
-    canvas.paste(scaled, ((W - rw) // 2, (H - rh) // 2))
-    return canvas
+    return apply_plan(img, geometry.plan(*img.size, size, mode, crop_ratio=crop_ratio), size)
 
 
-def random_resized_crop(img: Image.Image, size: Size, rng: np.random.Generator,
-                        scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> Image.Image:
-    """Inception-style random-resized crop plus a horizontal flip with probability 1/2."""
-    out = img.resize((size[1], size[0]), Image.BILINEAR, box=random_box(*img.size, rng, scale, ratio))
-    return out.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else out
-
-
-def random_box(w: int, h: int, rng: np.random.Generator, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """The (left, top, right, bottom) box of torchvision's RandomResizedCrop, drawn from ``rng``."""
-    area = w * h
-    box = None
-    for _ in range(10):
-        target = area * rng.uniform(*scale)
-        aspect = math.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1])))
-        cw, ch = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
-        if 0 < cw <= w and 0 < ch <= h:
-            x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-            box = (x, y, x + cw, y + ch)
-            break
-    if box is None:  # fall back to the largest center crop within the ratio bounds
-        cw, ch = min(w, round(h * ratio[1])), min(h, round(w / ratio[0]))
-        box = ((w - cw) // 2, (h - ch) // 2, (w - cw) // 2 + cw, (h - ch) // 2 + ch)
-    return box
+def random_resized_crop(img: Image.Image, size: Size, rng: np.random.Generator) -> Image.Image:
+    """torchvision's RandomResizedCrop plus a horizontal flip with probability 1/2."""
+    return apply_plan(img, geometry.plan(*img.size, size, crop="random", rng=rng), size)
 
 
 def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop", crop: str = "center",
-           rng: Optional[np.random.Generator] = None, where: str = "<bytes>",
-           max_pixels: Optional[int] = None, exact: bool = True) -> np.ndarray:
+           crop_ratio: float = CROP_RATIO, rng: Optional[np.random.Generator] = None, where: str = "<bytes>",
+           max_pixels: Optional[int] = None, exact: bool = False) -> np.ndarray:
     """Decode JPEG/PNG bytes to a C-contiguous uint8 HxWx3 RGB array (possibly read-only).
 
-    ``size`` None keeps the decoded size.  ``crop="random"`` (training) takes a
-    random-resized crop and flip drawn from ``rng`` instead of ``resize_mode``.
-    ``exact=False`` takes the fused fast path (``_fastdecode``): same rules and
-    geometry, pixels within its documented tolerance of this exact path.
+    ``size`` None keeps the decoded size.  ``crop="center"`` with ``resize_mode``
+    "crop" is torchvision's ``Resize(floor(S / crop_ratio))`` + ``CenterCrop(S)``;
+    ``crop="random"`` (training) takes RandomResizedCrop + flip drawn from ``rng``.
+    ``exact=True`` is Pillow throughout (rule 6); the default is the fast path.
     """
     if crop not in CROP_MODES:
         raise OptionError(f"crop {crop!r}: expected one of {', '.join(CROP_MODES)}")
     if size is not None and crop == "center" and resize_mode not in RESIZE_MODES:
         raise OptionError(f"resize mode {resize_mode!r}: expected one of {', '.join(RESIZE_MODES)}")
+    crop_ratio = check_crop_ratio(crop_ratio)
     rng = rng if rng is not None or crop != "random" else np.random.default_rng()
     if not exact:
         from ._fastdecode import decode_fast
-        return decode_fast(data, size, resize_mode, crop, rng, where, max_pixels)
+        return decode_fast(data, size, resize_mode, crop, crop_ratio, rng, where, max_pixels)
     img = to_rgb(open_image(data, where, max_pixels), where)
     if size is not None:
-        img = random_resized_crop(img, size, rng) if crop == "random" else resize(img, size, resize_mode)
+        p = geometry.plan(*img.size, size, resize_mode, crop, rng, crop_ratio)
+        img = apply_plan(img, p, size)
     return np.asarray(img, dtype=np.uint8)
+
+
+def decode_for_pack(data: bytes, size: Size, resize_mode: str, where: str,
+                    max_pixels: Optional[int] = None) -> Tuple[np.ndarray, Size]:
+    """The exact path's pixels at ``size`` (as ``decode``), and the (H, W) of the source
+    image after EXIF orientation, which a pack records without decoding it twice."""
+    img = to_rgb(open_image(data, where, max_pixels), where)
+    return np.asarray(resize(img, size, resize_mode, crop_ratio=1.0), dtype=np.uint8), (img.height, img.width)
 
 
 def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, full: bool = False) -> Tuple[str, Size]:
@@ -210,7 +203,7 @@ def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, ful
     img = open_image(data, where, max_pixels)
     fmt = img.format
     if full:
-        arr = decode(data, where=where, max_pixels=max_pixels)
+        arr = decode(data, where=where, max_pixels=max_pixels, exact=True)
         return fmt, arr.shape[:2]
     w, h = img.size
     if fmt == "JPEG" and data.rstrip(b"\x00")[-2:] != b"\xff\xd9":

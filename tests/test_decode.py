@@ -1,4 +1,4 @@
-"""decode(): the exact path matches plain Pillow; the fast path (exact=False)
+"""decode(): the exact path (exact=True) matches plain Pillow; the fast path (the default)
 keeps the rules and geometry and stays within its documented PSNR tolerance."""
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ def encode(tmp_path, size=(120, 90), mode="RGB", fmt="JPEG", seed=0, **save) -> 
 
 
 def both(data: bytes, **kw):
-    exact = decode(data, rng=np.random.default_rng(7), **kw)
-    fast = decode(data, rng=np.random.default_rng(7), exact=False, **kw)
+    exact = decode(data, rng=np.random.default_rng(7), exact=True, **kw)
+    fast = decode(data, rng=np.random.default_rng(7), **kw)
     assert fast.shape == exact.shape and fast.dtype == np.uint8 and fast.flags.c_contiguous
     return exact, fast
 
 
 def test_exact_path_is_plain_pillow(tmp_path):
     data = encode(tmp_path, size=(120, 90))
-    img = Image.open(io.BytesIO(data)).convert("RGB").resize((43, 32), Image.BILINEAR)
-    want = np.asarray(img.crop(((43 - 32) // 2, 0, (43 - 32) // 2 + 32, 32)))
-    assert np.array_equal(decode(data, size=(32, 32)), want)
+    img = Image.open(io.BytesIO(data)).convert("RGB").resize((42, 32), Image.BILINEAR)  # int(32 * 120 / 90)
+    want = np.asarray(img.crop((5, 0, 5 + 32, 32)))
+    assert np.array_equal(decode(data, size=(32, 32), crop_ratio=1.0, exact=True), want)
 
 
 @pytest.mark.parametrize("mode,fmt", [("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"), ("RGB", "PNG"),
@@ -84,8 +84,8 @@ def test_random_crop_draws_like_the_exact_path(tmp_path):
     data = encode(tmp_path, size=(200, 150))
     r1, r2 = np.random.default_rng(3), np.random.default_rng(3)
     for _ in range(5):
-        exact = decode(data, size=(32, 32), crop="random", rng=r1)
-        fast = decode(data, size=(32, 32), crop="random", rng=r2, exact=False)
+        exact = decode(data, size=(32, 32), crop="random", rng=r1, exact=True)
+        fast = decode(data, size=(32, 32), crop="random", rng=r2)
         assert psnr(exact, fast) >= 35
     assert r1.random() == r2.random()
 

@@ -1,11 +1,12 @@
 """make_loader: a real DataLoader, the path and options it picks, order across epochs, errors."""
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from pixfeed.errors import OptionError, SharedMemoryError
 from pixfeed.loaders import PixfeedLoader, make_loader, shm
@@ -31,6 +32,23 @@ class Stream(IterableDataset):
 
     def __iter__(self):
         return iter(range(self.rank, self.count, self.world_size))
+
+
+class LazyHandles(Dataset):
+    """A user's dataset that opens its handle on the first read in each process, and logs the process."""
+
+    def __init__(self, log, count=12):
+        self.log, self.count, self.handle = log, count, None
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        if self.handle is None:
+            self.handle = os.getpid()
+            with open(self.log, "a") as f:
+                f.write(f"{self.handle}\n")
+        return torch.full((3, 4, 4), index, dtype=torch.uint8), index
 
 
 def labels_of(loader):
@@ -101,6 +119,17 @@ def test_no_shuffle_keeps_order(dataset):
     assert labels_of(make_loader(dataset, 10, shuffle=False)) == list(range(37))
 
 
+def test_batch_bytes_are_learnt_without_opening_a_handle_in_this_process(tmp_path):
+    log = tmp_path / "opened"
+    dataset = LazyHandles(log)
+    loader = make_loader(dataset, 4, num_workers=2)
+    assert loader.pixfeed_plan.batch_bytes == 4 * (3 * 4 * 4 + 8)  # sample 0 was read, elsewhere
+    assert dataset.handle is None and str(os.getpid()) not in log.read_text().split()
+    assert sorted(labels_of(loader)) == list(range(12))
+    opened = log.read_text().split()
+    assert str(os.getpid()) not in opened and len(set(opened)) == 3  # the probe and each of the 2 workers
+
+
 def test_cpu_bound_dataset_gets_persistent_workers():
     loader = make_loader(ArrayDataset(random_images(40), augment=True), 4, num_workers=2)
     plan = loader.pixfeed_plan
@@ -165,6 +194,21 @@ def test_iterable_dataset_gets_set_epoch_and_rank(monkeypatch):
     assert make_loader(Stream(), 2, num_workers=1, distributed=False).persistent_workers is False
 
 
+def test_iterable_dataset_takes_shuffle_and_seed_or_refuses_them():
+    class Shuffled(Stream):
+        shuffle, seed = True, 0
+
+    stream = Shuffled()
+    make_loader(stream, 2, num_workers=0)
+    assert (stream.shuffle, stream.seed) == (True, 0)  # left out: the dataset keeps its own
+    make_loader(stream, 2, num_workers=0, shuffle=False, seed=7)
+    assert (stream.shuffle, stream.seed) == (False, 7)
+    with pytest.raises(OptionError, match="Stream is an IterableDataset without a shuffle or seed .*shuffle=True"):
+        make_loader(Stream(), 2, shuffle=True, seed=1)
+    with pytest.raises(OptionError, match="without a seed attribute.*seed=3"):
+        make_loader(Stream(), 2, seed=3)
+
+
 @pytest.mark.parametrize("options, name", [
     ({"num_workers": -1}, "num_workers"),
     ({"num_workers": "many"}, "num_workers"),
@@ -192,8 +236,10 @@ def test_auto_warns_when_the_environment_says_several_ranks(dataset, monkeypatch
 
 
 def test_bad_batch_size_and_missing_process_group(dataset, monkeypatch):
-    with pytest.raises(OptionError, match="batch_size"):
+    with pytest.raises(OptionError, match=r"^batch_size must be an integer >= 1, not 0$"):  # no "auto" offered
         make_loader(dataset, 0)
+    with pytest.raises(OptionError, match=r"^num_workers must be 'auto' or an integer >= 0, not True$"):
+        make_loader(dataset, 4, num_workers=True)
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(OptionError, match="init_process_group"):
         make_loader(dataset, 4, distributed=True)

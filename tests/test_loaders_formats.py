@@ -18,21 +18,19 @@ from pixfeed.registry import FORMATS
 from pixfeed.datasets import open_dataset
 
 SIZE = 16
+STORES = ("pixels", "encoded")
 Packed = Dict[str, Tuple[str, dict]]
 
 
 def pack_all(root: Path) -> Packed:
-    """Every available format in both stores: name -> (path, open_dataset options)."""
+    """Every format in both stores: name -> (path, open_dataset options).  A pack that fails fails the test."""
     src = make_tree(root / "src", per_class=11)  # 33 images: an odd count, so ranks need padding, and
     # enough per worker that two epochs of one order by chance (1 in 8! squared) never fail a test
     packed: Packed = {}
     for fmt in FORMATS:
-        for store in ("pixels", "encoded"):
+        for store in STORES:
             dst = root / f"{fmt}-{store}"
-            try:
-                pack(src, dst, fmt, store=store, size=SIZE, workers=1)
-            except OptionError:  # a format without this store
-                continue
+            pack(src, dst, fmt, store=store, size=SIZE, workers=1)
             packed[dst.name] = (str(dst), {} if store == "pixels" else {"size": SIZE})
     return packed
 
@@ -51,26 +49,24 @@ def packed(tmp_path_factory) -> Packed:
     return pack_all(tmp_path_factory.mktemp("formats"))
 
 
-def test_formats_were_packed(packed):
-    assert {"mmap-pixels", "mmap-encoded"} <= set(packed)
-
-
-def test_epoch_covers_every_sample_once(packed):
-    for name, (path, options) in packed.items():
-        check_epoch(name, open_dataset(path, **options))
-
-
-def check_epoch(name, dataset):
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("store", STORES)
+def test_epoch_covers_every_sample_once(packed, monkeypatch, fmt, store):
+    """Stored pixels are read in process, encoded images decoded in workers; each sample once either way."""
+    monkeypatch.setattr("pixfeed.loaders.loader.available_cpus", lambda: 3)  # 2 workers by the documented rule
+    name = f"{fmt}-{store}"
+    path, options = packed[name]
+    dataset = open_dataset(path, **options)
     loader = make_loader(dataset, 4)
     plan = loader.pixfeed_plan
-    if plan.path != "iterable":
-        assert plan.path == "batch", name
-        assert plan.num_workers == (0 if name.endswith("pixels") else plan.cpus - (plan.cpus > 2)), name
+    assert plan.path == ("iterable" if fmt == "wds" else "batch"), name
+    assert plan.num_workers == (0 if store == "pixels" else 2), name
     seen = Counter()
     for images, labels in loader:
         assert images.dtype == torch.uint8 and images.shape[1:] == (3, SIZE, SIZE) and labels.dtype == torch.int64, name
         seen.update(identities(images))
-    assert seen == all_identities(dataset), name
+    reference = open_dataset(packed[f"mmap-{store}"][0], **options)  # read one by one, by index
+    assert seen == all_identities(reference) and sum(seen.values()) == 33, name
 
 
 def test_pixels_batches_match_single_reads(packed):
@@ -86,4 +82,20 @@ def test_encoded_images_of_different_sizes_are_refused_before_any_worker(packed,
     with pytest.raises(OptionError, match="different sizes and cannot be batched; open it with size="):
         make_loader(open_dataset(path), 4)
     assert len(make_loader(open_dataset(path), 1, num_workers=0)) == 33  # one image a batch needs no size
-    make_loader(open_dataset(path, transform=lambda x: x[:, :4, :4]), 4)  # a transform may make one shape
+    cropped = make_loader(open_dataset(path, transform=lambda x: x[:, :4, :4]), 4, num_workers=0)
+    shapes = [tuple(images.shape) for images, _ in cropped]  # a transform may give every image one shape
+    assert shapes == [(4, 3, 4, 4)] * 8 + [(1, 3, 4, 4)]
+
+
+def test_webdataset_takes_shuffle_and_seed_from_make_loader(packed):
+    path, options = packed["wds-pixels"]
+    in_order = make_loader(open_dataset(path), 4, num_workers=0, shuffle=False)  # opened with shuffle=True
+    reference = torch.stack([image for image, _ in open_dataset(path, shuffle=False)])  # record order
+    assert [s for images, _ in in_order for s in identities(images)] == identities(reference)
+
+    def epochs(seed):
+        loader = make_loader(open_dataset(path, shuffle=False), 4, num_workers=0, seed=seed, shuffle=True)
+        return [[s for images, _ in loader for s in identities(images)] for _ in range(2)]
+
+    first = epochs(1)
+    assert first == epochs(1) and first[0] != first[1] and first[0] != epochs(2)[0]

@@ -59,7 +59,7 @@ def test_probing_a_sample_leaves_the_callers_rngs_alone():
     torch.manual_seed(0)
     random.seed(0)
     np.random.seed(0)
-    make_loader(Draws(), 1, num_workers=0)
+    assert make_loader(Draws(), 1, num_workers=1).pixfeed_plan.batch_bytes == 4 * 8  # sample 0 was probed
     after = (random.random(), float(np.random.rand()), torch.rand(()).item())
     torch.manual_seed(0)
     random.seed(0)

@@ -45,7 +45,7 @@ def _data_files(dst: Path) -> list:
 def _stored(src: Path, dst: Path) -> bytes:
     data = (src / f"{KEY}.png").read_bytes()
     store = json.loads((dst / "pixfeed.json").read_text())["store"]
-    return decode(data, size=(16, 16)).tobytes() if store == "pixels" else data
+    return decode(data, size=(16, 16), crop_ratio=1.0, exact=True).tobytes() if store == "pixels" else data
 
 
 def test_a_sound_dataset_passes(packed):

@@ -2,7 +2,7 @@
 
 ``FolderDataset`` under ``plain_loader`` is the baseline a user has today: a
 torchvision-ImageFolder-style dataset over the source files (PIL open,
-convert to RGB, resize the short side, center crop), written out here so the
+convert to RGB, torchvision's Resize(256) + CenterCrop(224) for size 224), written out here so the
 benchmark needs no torchvision, under ``DataLoader(num_workers=4, pin_memory=False)``.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..decode import Size, resize
+from ..decode import CROP_RATIO, Size, resize
 from ..source import scan
 from .ceilings import bracket
 from .procstats import ProcUsage
@@ -39,7 +39,7 @@ class FolderDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
         with Image.open(self.files[i]) as img:
-            img = resize(img.convert("RGB"), self.size, "crop")
+            img = resize(img.convert("RGB"), self.size, "crop", CROP_RATIO)
         return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1), self.labels[i]
 
 

@@ -1,16 +1,20 @@
-"""The fast path for pixel datasets: one gathered read per batch, read ahead in a thread.
+"""Whole-batch reads (``BatchReader``) and the optional reader thread (``ReadAhead``).
 
-A dataset whose samples need no per-sample CPU work (``cpu_bound`` False) and
-share one shape (``fixed_shape``) can return a whole batch with ``get_batch``:
-one fancy-indexed copy out of the memory map, no per-sample tensors, no
-``collate`` stacking.  ``BatchReader`` exposes that through DataLoader's
-``__getitems__`` hook, so the DataLoader keeps its ordinary sampler, batch size
-and length.
+A dataset with ``get_batch`` and one shape for every sample (``fixed_shape``)
+returns a whole batch per call: for stored pixels one gathered copy out of the
+memory map, for encoded images one read (a transaction, a gather) and then
+the decodes, with no per-sample tensors and no ``collate`` stacking.
+``BatchReader`` exposes that through DataLoader's ``__getitems__`` hook, so the
+DataLoader keeps its ordinary sampler, batch size and length, in process or in
+workers alike (``plan.choose_path``).
 
-Worker processes would copy every such batch into fresh shared memory and map
-it again in the training process, which costs more than the read itself
-(see ``benchmarks/loader_paths.py``).  NumPy copies release the GIL, so a
-single ``ReadAhead`` thread overlaps reading with training at no such cost.
+Where the batch is read is the plan's choice (``plan.choose_workers``): stored
+pixels in the training process, because a worker would copy every batch into
+fresh shared memory, which costs more than the read itself
+(``benchmarks/loader_paths.py``); decoding datasets in workers.
+``ReadAhead`` reads the next batches in a thread; NumPy copies release the GIL,
+so it overlaps reading with a training step that blocks.  It is off unless
+``read_ahead=True`` (``plan.choose_read_ahead`` says why).
 """
 from __future__ import annotations
 
@@ -21,11 +25,13 @@ from typing import Any, Iterator, List, Tuple
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from pixfeed.datasets.protocol import BatchDataset
+
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
 def supports_batches(dataset: Any) -> bool:
-    return callable(getattr(dataset, "get_batch", None)) and getattr(dataset, "fixed_shape", None) is not None
+    return isinstance(dataset, BatchDataset) and dataset.fixed_shape is not None
 
 
 class BatchReader(Dataset):

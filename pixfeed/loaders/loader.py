@@ -21,25 +21,24 @@ those attributes.
 """
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Dict, Iterator, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from pixfeed.cpus import available_cpus
+from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders import plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
 from pixfeed.loaders.collate import collate
-from pixfeed.loaders.cpus import available_cpus
-from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
-from pixfeed.loaders.seeding import WorkerSeeder, preserved_rngs
-from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
+from pixfeed.loaders.plan import Auto, LoaderPlan
+from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.progress import POLL, RecordedSampler
+from pixfeed.loaders.seeding import WorkerSeeder
+from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.watchdog import watched
-from pixfeed.loaders.world import Distributed, World
-from pixfeed.errors import OptionError
+from pixfeed.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
@@ -52,7 +51,7 @@ class PixfeedLoader(DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (to resume training)."""
-        self.epoch = check_int("epoch", epoch, 0)
+        self.epoch = require_int("epoch", epoch, 0)
 
     def __iter__(self) -> Iterator[Any]:
         dataset = self.dataset.dataset if isinstance(self.dataset, BatchReader) else self.dataset
@@ -68,27 +67,33 @@ def make_loader(
     dataset: Any,
     batch_size: int,
     *,
-    shuffle: bool = True,
+    shuffle: Optional[bool] = None,
     drop_last: bool = False,
     num_workers: Auto = "auto",
     pin_memory: Auto = "auto",
     persistent_workers: Auto = "auto",
     prefetch_factor: Auto = "auto",
     read_ahead: Auto = "auto",
-    seed: int = 0,
+    seed: Optional[int] = None,
     distributed: Distributed = "auto",
     stall_timeout: float = rules.STALL_TIMEOUT,
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
-    ``num_workers="tune"`` measures candidate settings first (``pixfeed.diagnose.autotune``)."""
+    ``shuffle`` and ``seed`` (default True and 0) order a map-style dataset through the sampler.
+    An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
+    (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
+    any other iterable dataset refuses them.
+
+    ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
     if num_workers == "tune":
-        from pixfeed.diagnose.autotune import tuned_loader
+        from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
                             read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout)
-    check_int("batch_size", batch_size, 1)
-    check_int("seed", seed, 0)
+    require_int("batch_size", batch_size, 1)
+    if seed is not None:
+        require_int("seed", seed, 0)
     _check_batchable(dataset, batch_size)
     world = World.detect(distributed)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
@@ -128,7 +133,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     path = take("path", rules.choose_path(dataset))
     batches = rules.batches_per_rank(dataset, batch_size, world, drop_last)
     workers = take("num_workers", rules.choose_workers(num_workers, dataset, path, cpus, batches))
-    sample = sample_bytes(dataset)
+    sample = sample_bytes(dataset, workers)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))
     if workers and batch_bytes is not None:
@@ -150,35 +155,29 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     )
 
 
-def sample_bytes(dataset: Any) -> Optional[int]:
-    """Bytes of one sample: from ``fixed_shape`` (uint8) when known, else by reading sample 0."""
-    shape = getattr(dataset, "fixed_shape", None)
-    if shape is not None:
-        return math.prod(shape) + 8
-    if isinstance(dataset, IterableDataset) or len(dataset) == 0:
-        return None
-    with preserved_rngs():  # a random augmentation must not move the caller's RNGs
-        return _nbytes(dataset[0])
-
-
-def _nbytes(value: Any) -> int:
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        return int(value.nbytes)
-    if isinstance(value, (tuple, list)):
-        return sum(_nbytes(item) for item in value)
-    if isinstance(value, dict):
-        return sum(_nbytes(item) for item in value.values())
-    return 8
-
-
-def _ordering(source: Any, plan: LoaderPlan, shuffle: bool, drop_last: bool, seed: int) -> Dict[str, Any]:
+def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool,
+              seed: Optional[int]) -> Dict[str, Any]:
     collate_fn = pass_through if plan.path == "batch" else collate
     if isinstance(source, IterableDataset):
+        _order_iterable(source, shuffle, seed)
         _split_iterable(source, plan.world)
         return {"collate_fn": collate_fn}
     sampler = RecordedSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
-                                 shuffle=shuffle, seed=seed, drop_last=drop_last)
+                              shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
     return {"sampler": sampler, "collate_fn": collate_fn}
+
+
+def _order_iterable(dataset: IterableDataset, shuffle: Optional[bool], seed: Optional[int]) -> None:
+    """Hand ``shuffle``/``seed`` to an iterable dataset that takes them; refuse them for one that does not."""
+    given = {name: value for name, value in (("shuffle", shuffle), ("seed", seed)) if value is not None}
+    missing = [name for name in given if not hasattr(dataset, name)]
+    if missing:
+        raise OptionError(f"{type(dataset).__name__} is an IterableDataset without a {' or '.join(missing)} "
+                          f"attribute: it orders its own samples, so make_loader cannot apply "
+                          f"{', '.join(f'{name}={given[name]!r}' for name in missing)}; leave "
+                          f"{' and '.join(missing)} out, or shuffle and seed inside the dataset")
+    for name, value in given.items():
+        setattr(dataset, name, value)
 
 
 def _split_iterable(dataset: IterableDataset, world: World) -> None:
@@ -198,6 +197,6 @@ def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:
         "persistent_workers": plan.persistent_workers,
         "prefetch_factor": plan.prefetch_factor,
         "worker_init_fn": WorkerSeeder(plan.world.rank) if plan.num_workers else None,
-        "generator": torch.Generator().manual_seed(seed),
-        "timeout": POLL if plan.num_workers else 0,  # each expiry checks the worker waited on (watchdog.py)
+        "generator": torch.Generator().manual_seed(seed or 0),
+        "timeout": POLL if plan.num_workers else 0,  # each expiry checks on the workers (watchdog.py)
     }
