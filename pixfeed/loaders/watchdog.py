@@ -85,9 +85,19 @@ class Workers(Iterator[Any]):
                 except Exception as error:  # noqa: BLE001 - each case is re-raised, named or as it was
                     if self.failure is not None or not self._timed_out(error):
                         self.done = True
-                        raise self._explain(error) from error
+                        explained = self._explain(error)
+                        if isinstance(explained, LoaderError):
+                            self._shut_down()
+                        raise explained from error
         finally:
             self.waiting = False
+
+    def _shut_down(self) -> None:
+        """Stop the workers now (left to garbage collection, torch's shutdown waited 5 s per worker) and
+        let the loader's next epoch start fresh ones."""
+        self.batches._shutdown_workers()
+        if getattr(self.loader, "_iterator", None) is self.batches:
+            self.loader._iterator = None
 
     @staticmethod
     def _timed_out(error: Exception) -> bool:
