@@ -72,7 +72,8 @@ def cmd_pack(args) -> int:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
         for s in m["skipped"]:
-            print(f"skipped: {s['path']}: {s['reason']}", file=sys.stderr)
+            reason = s["reason"] if s["path"] in s["reason"] else f"{s['path']}: {s['reason']}"
+            print(f"skipped: {reason}", file=sys.stderr)
         secs = time.perf_counter() - start
         stats = m["stats"]
         print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "

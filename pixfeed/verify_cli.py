@@ -5,6 +5,7 @@ from ._progress import Bar, shown
 from .manifest import read_manifest
 from .storage import add_argument, options_from_args
 from .verify import verify
+from .words import plural
 
 
 def cmd_verify(args) -> int:
@@ -15,8 +16,9 @@ def cmd_verify(args) -> int:
     for problem in report.problems:
         print(f"FAIL {problem}")
     if not args.quiet or report.problems:
-        state = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        print(f"{state}: {args.dst}: {report.files} files and {report.records} of {total} records checked"
+        state = "OK" if report.ok else plural(len(report.problems), "problem")
+        print(f"{state}: {args.dst}: {plural(report.files, 'file')} and {report.records:,} of "
+              f"{plural(total, 'record')} checked"
               f"{' and decoded' if args.deep else ''}")
     return 0 if report.ok else 1
 

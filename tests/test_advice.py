@@ -17,6 +17,7 @@ ENCODED = InUse(store="encoded", workers=1, cpus=2)
 @pytest.mark.parametrize("rule, offered, withheld, text", [
     (advice.more_workers, ENCODED, InUse(store="encoded", workers=2, cpus=2), "more workers"),
     (advice.more_workers, ENCODED, InUse(store="pixels", cpu_bound=False, workers=0, cpus=2), "more workers"),
+    (advice.more_workers, ENCODED, InUse(store="encoded", workers=0, cpus=2, tuned=True), "more workers"),
     (advice.pixels_pack, ENCODED, InUse(store="pixels"), "--store pixels"),
     (advice.max_side, ENCODED, InUse(store="encoded", max_side=384), "--max-side"),
     (advice.max_side, ENCODED, InUse(store="pixels"), "--max-side"),

@@ -18,6 +18,17 @@ def test_one_image_is_one_image(tmp_path, capsys):
     assert "wrote 1 image to" in out and "packed 1 image (" in out
 
 
+def test_skipped_files_are_named_once_and_verify_counts_in_words(tmp_path, capsys):
+    assert main(["sample", str(tmp_path / "src"), "--count", "1"]) == 0
+    (tmp_path / "src" / "bird" / "empty.png").write_bytes(b"")
+    assert main(["pack", str(tmp_path / "src"), str(tmp_path / "ds"), "--size", "16", "--workers", "1",
+                 "--on-error", "skip"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped: " in err and err.count("empty.png") == 1
+    assert main(["verify", str(tmp_path / "ds")]) == 0
+    assert "1 record checked" in capsys.readouterr().out
+
+
 def test_sample_refuses_no_images(tmp_path, capsys):
     assert main(["sample", str(tmp_path / "src"), "--count", "0"]) == 2
     assert "--count 0: must be at least 1" in capsys.readouterr().err

@@ -223,16 +223,21 @@ def test_bad_options_name_the_option(dataset, options, name):
         make_loader(dataset, 4, **options)
 
 
-def test_auto_warns_when_the_environment_says_several_ranks(dataset, monkeypatch):
+def test_auto_warns_when_an_epoch_starts_unsplit_though_the_environment_says_several_ranks(dataset, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.warns(UserWarning, match="WORLD_SIZE=2 .* no torch.distributed process group"):
-        loader = make_loader(dataset, 8, num_workers=0)
-    assert len(loader.sampler) == len(dataset)  # not split: a single process, as the warning says
-    monkeypatch.setenv("WORLD_SIZE", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        make_loader(dataset, 8, num_workers=0)
+        loader = make_loader(dataset, 8, num_workers=0)  # the process group may come before the first epoch
+    with pytest.warns(UserWarning, match="WORLD_SIZE=2 .* no torch.distributed process group.*distributed=False"):
+        assert sorted(labels_of(loader)) == list(range(37))  # not split: a single process, as the warning says
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        labels_of(loader)  # once per loader
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        labels_of(make_loader(dataset, 8, num_workers=0))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        labels_of(make_loader(dataset, 8, num_workers=0, distributed=False))
 
 
 def test_bad_batch_size_and_missing_process_group(dataset, monkeypatch):

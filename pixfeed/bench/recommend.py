@@ -52,6 +52,10 @@ def command(row: dict, size: str) -> str:
     return f"pixfeed pack --format {row['format']} --store encoded{side} SRC DST"
 
 
+def _these(images: int) -> str:
+    return "this one image" if images == 1 else f"these {plural(images, 'image')}"
+
+
 def _times(x: float) -> str:
     return f"{x:.1f}x" if x < 10 else f"{x:,.0f}x"
 
@@ -76,7 +80,7 @@ def recommend(result: dict) -> dict:
         small = min(packed, key=lambda r: _bytes(r, source))
         return {"row": None, "lines": [f"nothing measured fits the disk budget of {human_bytes(budget)} "
                                        f"({cfg['disk_budget_from']}): the smallest, {small['name']}, takes "
-                                       f"{human_bytes(_bytes(small, source))}"]}
+                                       f"{human_bytes(_bytes(small, source))}; give it more disk or raise --disk-budget"]}
     return {"row": row["name"], "command": command(row, str(cfg["size"])), "bytes": _bytes(row, source),
             "images_per_s": row["read"]["images_per_s"], "x_baseline": row["x_baseline"],
             "lines": _lines(row, packed, cfg, rows[0])}
@@ -92,7 +96,7 @@ def _lines(row: dict, packed: List[dict], cfg: dict, baseline: dict) -> List[str
     lines = [f"**{row['format']} with {what}**: `{command(row, str(cfg['size']))}`",
              f"- reads {row['read']['images_per_s']:,.0f} images/s here, {_times(row['x_baseline'])} a plain folder "
              f"DataLoader ({baseline['read']['images_per_s']:,.0f} images/s); {_loader(row)}",
-             f"- costs {human_bytes(nbytes)} on disk for these {plural(images, 'image')} ({human_bytes(nbytes / images)} an "
+             f"- costs {human_bytes(nbytes)} on disk for {_these(images)} ({human_bytes(nbytes / images)} an "
              f"image, {nbytes / source:.2f}x the source) and {row['pack']['seconds']:.1f} s to pack; the disk "
              f"budget is {human_bytes(budget)} ({cfg['disk_budget_from']})"]
     if row["store"] == "pixels" and (h, w) < (CROP_SIZE, CROP_SIZE):

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 from ..manifest import write_json_atomic
 from ..texttable import table
-from ..words import plural
+from ..words import human_bytes, plural
 from .machine import summary
 
 READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline", "1st batch s",
@@ -46,7 +46,7 @@ def markdown(result: dict, targets: bool = False) -> str:
     """The report: the recommendation first, then the measured tables; the project's targets with ``targets``."""
     cfg, rows = result["config"], result["rows"]
     c = result["ceilings"]
-    lines = [f"# pixfeed bench: {plural(cfg['images'], 'image')}, {cfg['source_bytes'] / 1e6:.0f} MB from {cfg['src']}",
+    lines = [f"# pixfeed bench: {plural(cfg['images'], 'image')}, {human_bytes(cfg['source_bytes'])} from {cfg['src']}",
              "", "## Recommendation for this data on this machine", "", *result["recommendation"]["lines"], "",
              f"Machine: {summary(result['machine'])}.", "",
              f"Batch {cfg['batch_size']}, {cfg['size']} px, {cfg['epochs']} epochs, "

@@ -6,8 +6,9 @@ path runs (simplejpeg installed, ``exact``), the workers against the usable
 CPUs, pinned memory and the batch path.  Each rule below offers a remedy only
 when its condition holds:
 
-* more workers: the dataset does CPU work per sample and there are fewer
-  workers than usable CPUs (stored pixels are read in process on purpose);
+* more workers: the dataset does CPU work per sample, there are fewer
+  workers than usable CPUs (stored pixels are read in process on purpose)
+  and the count was not measured already (``num_workers="tune"``);
 * a pixels-mode pack: the records are not stored pixels already;
 * ``--max-side``: the records are encoded and were not packed with it;
 * ``pip install 'pixfeed[fast]'``: encoded records and simplejpeg missing;
@@ -36,6 +37,7 @@ class InUse:
     cpus: int = 0                     # usable CPUs; 0: unknown
     pin_memory: bool = False
     batch_path: bool = False          # make_loader reads whole batches (get_batch)
+    tuned: bool = False               # num_workers="tune" measured the worker count
 
     @classmethod
     def of(cls, loader: Any) -> "InUse":
@@ -51,7 +53,8 @@ class InUse:
                    exact=bool(getattr(dataset, "exact", False)), fast_decode=_jpeghead.simplejpeg is not None,
                    cpu_bound=getattr(dataset, "cpu_bound", True),
                    workers=getattr(loader, "num_workers", 0), cpus=plan.cpus if plan else available_cpus(),
-                   pin_memory=bool(getattr(loader, "pin_memory", False)), batch_path=batch_path)
+                   pin_memory=bool(getattr(loader, "pin_memory", False)), batch_path=batch_path,
+                   tuned=getattr(loader, "pixfeed_tuning", None) is not None)
 
     def summary(self) -> str:
         """What is in use, in words: '2 workers on 2 usable CPUs, encoded records, fast decode (simplejpeg)'."""
@@ -59,6 +62,7 @@ class InUse:
         if self.cpus:
             parts.append(f"{self.workers} worker{'s' * (self.workers != 1)} on {self.cpus} usable "
                          f"CPU{'s' * (self.cpus != 1)}" if self.workers else "reads in the training process")
+            parts[-1] += " (autotuned)" if self.tuned else ""
         if self.store:
             parts.append(f"{self.store} records" + (f" packed with --max-side {self.max_side}" if self.max_side else ""))
         if self.store == "encoded":
@@ -72,7 +76,7 @@ Rule = Callable[[InUse], Optional[str]]
 
 
 def more_workers(u: InUse) -> Optional[str]:
-    if not u.cpu_bound or u.workers >= u.cpus:
+    if not u.cpu_bound or u.workers >= u.cpus or u.tuned:
         return None
     return f"more workers ({u.workers} of {u.cpus} usable CPUs now; num_workers='tune' measures)"
 

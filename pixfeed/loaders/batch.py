@@ -23,7 +23,7 @@ import threading
 from typing import Any, Iterator, List, Tuple
 
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from pixfeed.datasets.protocol import BatchDataset
 
@@ -48,19 +48,6 @@ class BatchReader(Dataset):
 
     def __getitems__(self, indices: List[int]) -> Batch:
         return self.dataset.get_batch(indices)
-
-
-def pass_through(batch: Batch) -> Batch:
-    """collate_fn for BatchReader: the batch is already gathered.
-
-    In a worker it is moved to shared memory here, as ``default_collate`` does, so
-    that a full ``/dev/shm`` fails this call and reaches the training process as
-    an error; left to the queue's sending thread, the failure only printed and
-    the batch never arrived (the loader waited forever)."""
-    if get_worker_info() is not None:
-        for tensor in batch:
-            tensor.share_memory_()
-    return batch
 
 
 class _Failure:

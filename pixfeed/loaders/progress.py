@@ -11,16 +11,15 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, List
 
-from torch.utils.data import DistributedSampler
-
 from pixfeed.errors import LoaderStalledError
 from pixfeed.loaders.proc import Task
+from pixfeed.loaders.split import EpochSampler
 
 POLL = 1.0  # seconds between checks while the loader waits on a reader
 
 
-class RecordedSampler(DistributedSampler):
-    """A DistributedSampler that keeps the epoch's order, so a stalled batch's records can be named."""
+class RecordedSampler(EpochSampler):
+    """pixfeed's sampler, keeping the epoch's order so that a stalled batch's records can be named."""
 
     order: List[int] = []
 
