@@ -28,15 +28,9 @@ class Guarded(Iterator[Any]):
         self.stall = Stall(loader.pixfeed_plan.stall_timeout)
         self._requests: "queue.Queue[bool]" = queue.Queue()
         self._results: "queue.Queue[Any]" = queue.Queue()
-        self._thread = threading.Thread(target=self._serve, args=(source,), name="pixfeed-reader", daemon=True)
+        self._thread = threading.Thread(target=_serve, args=(source, self._requests, self._results),
+                                        name="pixfeed-reader", daemon=True)
         self._thread.start()
-
-    def _serve(self, source: Iterator[Any]) -> None:
-        while self._requests.get():
-            try:
-                self._results.put((True, next(source)))
-            except BaseException as error:  # StopIteration included: re-raised in the caller
-                self._results.put((False, error))
 
     def __next__(self) -> Any:
         if self.done:
@@ -67,3 +61,13 @@ class Guarded(Iterator[Any]):
     def __del__(self) -> None:
         if not self.done:
             self.close()
+
+
+def _serve(source: Iterator[Any], requests: "queue.Queue[bool]", results: "queue.Queue[Any]") -> None:
+    """The helper thread: one item per request, until a False request (it holds no reference to the
+    Guarded, so an abandoned one is collected and its __del__ ends the thread)."""
+    while requests.get():
+        try:
+            results.put((True, next(source)))
+        except BaseException as error:  # StopIteration included: re-raised in the caller
+            results.put((False, error))
