@@ -30,7 +30,7 @@ LAYERS = {
     "registry.py": CORE, "source.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
     "_jpeghead.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE, "pagecache.py": CORE,
     "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
-    "cache.py": CORE,
+    "storage_options.py": CORE, "cache.py": CORE,
     # formats: writers, readers, and checking a packed dataset
     "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
     "loaders/": LOADERS,

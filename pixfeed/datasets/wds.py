@@ -60,7 +60,8 @@ from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
 from ..layouts.wds import META_EXTENSION, image_extensions
-from ..storage import join, mask
+from ..storage import join
+from ..storage_options import mask
 from ..world import World
 from .base import ImageRecords
 
