@@ -36,7 +36,7 @@ class ResumableSampler(EpochSampler):
         super().__init__(dataset, **options)
         self.offset = 0
 
-    def order(self) -> List[int]:
+    def epoch_order(self) -> List[int]:
         """The epoch's order of all ``n`` indices, the same on every rank."""
         n = len(self.dataset)
         if not self.shuffle:
@@ -58,5 +58,5 @@ class ResumableSampler(EpochSampler):
 
     def __iter__(self) -> Iterator[int]:
         self._resize()
-        order = self.order()
+        order = self.epoch_order()
         return iter([order[p % len(order)] for p in range(self.offset + self.rank, self.end, self.num_replicas)])
