@@ -3,6 +3,7 @@ pack to, pack from, stream and cache, with the same records and integrity checks
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -164,33 +165,32 @@ def test_cli_pack_info_verify_on_urls(tree, bucket, s3_server, monkeypatch, caps
     assert "OK" in capsys.readouterr().out
 
 
-def _stage_in_child(args):
-    url, options, cache_dir = args
-    return str(cache.stage(url, read_manifest(url, options), options, cache_dir))
+STAGE = """
+import json, sys
+from pixfeed import cache
+from pixfeed.manifest import read_manifest
+real = cache._download
+cache._download = lambda *args: print("downloading", flush=True) or real(*args)
+url, options, where = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+print(cache.stage(url, read_manifest(url, options), options, where))
+"""
 
 
-def test_cache_downloads_once_for_eight_processes_resumes_and_evicts(tree, tmp_path, bucket, s3_server, monkeypatch):
-    import multiprocessing as mp
+def test_cache_downloads_once_for_eight_processes_resumes_and_evicts(tree, tmp_path, bucket, s3_server):
+    import subprocess
+    import sys
 
     so, url, where = s3_server.options, f"{bucket}/lmdb", tmp_path / "cache"
     pack(tree, url, "lmdb", storage_options=so)
-    calls = mp.get_context("fork").Value("i", 0)
-    real = cache._download
-
-    def counting(*args):
-        with calls.get_lock():
-            calls.value += 1
-        return real(*args)
-
-    monkeypatch.setattr(cache, "_download", counting)
-    with mp.get_context("fork").Pool(8) as pool:
-        folders = pool.map(_stage_in_child, [(url, so, where)] * 8)
-    assert calls.value == 1 and len(set(folders)) == 1
-    folder = tmp_path / folders[0]
+    ranks = [subprocess.Popen([sys.executable, "-c", STAGE, url, json.dumps(so), str(where)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(8)]  # as 8 ranks starting at once
+    outputs = [rank.communicate(timeout=120)[0].split() for rank in ranks]
+    assert all(rank.returncode == 0 for rank in ranks)
+    assert sum(out.count("downloading") for out in outputs) == 1 and len({out[-1] for out in outputs}) == 1
+    folder = Path(outputs[0][-1])
     # an interrupted download: one file finished, one half-written .part, no manifest -> only the rest is fetched
     (folder / "pixfeed.json").unlink()
     (folder / "data.mdb").rename(folder / "data.mdb.part")
-    monkeypatch.undo()
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name != "data.mdb.part"}
     ds = open_dataset(url, storage_options=so, cache_dir=where)
     assert ds.path == folder and ds[0][0].shape[0] == 3
