@@ -66,21 +66,21 @@ def test_pack_from_bucket_to_local_and_to_bucket(tree, tmp_path, bucket, s3_serv
 
 
 def test_failed_pack_leaves_no_manifest_and_next_pack_clears_a_killed_one(tree, bucket, s3_server, monkeypatch):
-    from pixfeed.packers import pipeline
+    from pixfeed.packers import executors
 
     so, url = s3_server.options, f"{bucket}/ds"
-    real = pipeline.load_record
+    real = executors.load_record
 
     def failing(source, i, *rest):
         if i == 9:
             raise RuntimeError("disk on fire")
         return real(source, i, *rest)
 
-    monkeypatch.setattr(pipeline, "load_record", failing)
+    monkeypatch.setattr(executors, "load_record", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=so)
     assert Store(url, so).list() == {}  # what it had uploaded (shards 0-3) was removed
-    monkeypatch.setattr(pipeline, "load_record", real)
+    monkeypatch.setattr(executors, "load_record", real)
     killed = Store(url, so)  # what a killed pack leaves: the marker and some shards, no manifest
     killed.write(".pixfeed-packing", b"")
     killed.write("shard-000007.tar", b"half")

@@ -36,9 +36,11 @@ from pixfeed.loaders.batch import BatchReader, ReadAhead
 from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
+from pixfeed.loaders.progress import POLL, RecordedSampler
 from pixfeed.loaders.seeding import WorkerSeeder
-from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
+from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
+from pixfeed.loaders.watchdog import watched
 from pixfeed.world import Distributed, World
 
 
@@ -75,7 +77,7 @@ class PixfeedLoader(DataLoader):
         if sampler is not None:
             sampler.start(self.epoch)
         self.epoch += 1
-        batches = super().__iter__()
+        batches = watched(self, super().__iter__)
         return ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
 
     def _use_world(self) -> World:
@@ -110,6 +112,7 @@ def make_loader(
     read_ahead: Auto = "auto",
     seed: Optional[int] = None,
     distributed: Distributed = "auto",
+    stall_timeout: float = rules.STALL_TIMEOUT,
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
@@ -123,7 +126,7 @@ def make_loader(
         from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                            read_ahead=read_ahead, seed=seed, distributed=distributed)
+                            read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
@@ -131,8 +134,9 @@ def make_loader(
     world = World.detect(distributed)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
-    if plan.sharing_strategy == "file_system":
-        fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
+    plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
+    if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
+        torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
     source = BatchReader(dataset) if plan.path == "batch" else dataset
     return PixfeedLoader(
         source,
@@ -169,10 +173,10 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     sample = sample_bytes(dataset, workers)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))
-    strategy = torch.multiprocessing.get_sharing_strategy()
-    reasons["sharing_strategy"] = "no workers" if not workers else "batch size in bytes unknown"
     if workers and batch_bytes is not None:
-        prefetch, strategy, reasons["sharing_strategy"] = plan_sharing(batch_bytes, workers, prefetch)
+        asked = num_workers != "auto" or prefetch_factor != "auto" or persistent_workers is True
+        workers, prefetch = fit_shared_memory(reasons, batch_bytes, workers, prefetch, asked)
+    strategy = take("sharing_strategy", choose_strategy(workers, prefetch or 0))
     return LoaderPlan(
         path=path,
         num_workers=workers,
@@ -194,8 +198,8 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
         return {"collate_fn": collate_fn}
-    sampler = EpochSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
-                           seed=seed or 0, drop_last=drop_last)
+    sampler = RecordedSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
+                              seed=seed or 0, drop_last=drop_last)
     return {"sampler": sampler, "collate_fn": collate_fn}
 
 
@@ -220,4 +224,5 @@ def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:
         "prefetch_factor": plan.prefetch_factor,
         "worker_init_fn": WorkerSeeder(plan.world.rank) if plan.num_workers else None,
         "generator": torch.Generator().manual_seed(seed or 0),
+        "timeout": POLL if plan.num_workers else 0,  # each expiry checks on the workers (watchdog.py)
     }
