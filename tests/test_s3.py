@@ -227,23 +227,23 @@ def test_doctor_measures_a_bucket(tree, bucket, s3_server, capsys):
 
 
 def test_server_lost_mid_pack_leaves_no_manifest_and_the_next_pack_recovers(tree, bucket, s3_server, monkeypatch):
-    from pixfeed.packers import pipeline
+    from pixfeed.packers import executors
     from s3server import CutProxy
 
     proxy, url = CutProxy(s3_server.port), f"{bucket}/ds"
     dying = {**s3_server.options, "endpoint_url": f"http://127.0.0.1:{proxy.port}",
              "config_kwargs": {"retries": {"max_attempts": 1}}}  # fail fast once it is gone
-    real = pipeline.load_record
+    real = executors.load_record
 
     def cutting(source, i, *rest):
         if i == 8:
             proxy.cut()  # from here on the server is unreachable for the pack
         return real(source, i, *rest)
 
-    monkeypatch.setattr(pipeline, "load_record", cutting)
+    monkeypatch.setattr(executors, "load_record", cutting)
     with pytest.raises(StorageError, match=f"{url}/"):
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=dying)
-    monkeypatch.setattr(pipeline, "load_record", real)
+    monkeypatch.setattr(executors, "load_record", real)
     so = s3_server.options
     left = Store(url, so).list()
     assert "pixfeed.json" not in left and ".pixfeed-packing" in left  # the marker: a killed pack's leftovers
