@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from pixfeed import make_loader, open_dataset, pack
-from pixfeed.loaders.cpus import available_cpus
+from pixfeed.cpus import available_cpus
 from pixfeed.source import scan
 from bench_decode import usual
 

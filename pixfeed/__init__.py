@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 
+from .registry import FORMATS
+
 __version__ = "0.1.0"
 
 # public name -> module that defines it; imported on first use so that
@@ -10,17 +12,15 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "pack": "pixfeed.packers",
     "open_dataset": "pixfeed.datasets",
-    "MmapImageDataset": "pixfeed.datasets",
-    "LmdbImageDataset": "pixfeed.datasets",
-    "H5ImageDataset": "pixfeed.datasets",
-    "WdsImageDataset": "pixfeed.datasets",
     "read_manifest": "pixfeed.manifest",
     "PixfeedError": "pixfeed.errors",
     "make_loader": "pixfeed.loaders",
     "DevicePrefetcher": "pixfeed.loaders",
     "profile_loader": "pixfeed.diagnose.stall",
     "StallMeter": "pixfeed.diagnose.stall",
-    "autotune": "pixfeed.diagnose.autotune",
+    "autotune": "pixfeed.loaders.tune",
+    # every format's reader class (pixfeed.registry)
+    **{f.reader_name: "pixfeed.datasets" for f in FORMATS.values()},
 }
 __all__ = sorted([*_EXPORTS, "__version__"])
 

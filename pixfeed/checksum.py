@@ -20,8 +20,13 @@ def record_hash(data) -> int:
 
 def file_hash(path: str | os.PathLike) -> str:
     """xxh3-64 of a whole file, as 16 hex digits."""
-    h = xxhash.xxh3_64()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
+        return stream_hash(f)
+
+
+def stream_hash(f) -> str:
+    """xxh3-64 of what is left in a binary file object, as 16 hex digits."""
+    h = xxhash.xxh3_64()
+    while chunk := f.read(_CHUNK):
+        h.update(chunk)
     return h.hexdigest()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import signal
@@ -10,11 +11,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from ._progress import shown
 from .errors import PixfeedError
+from .layouts.hdf5 import COMPRESSIONS
+from .manifest import STORES
+from .registry import FORMATS
+from .storage import add_argument, options_from_args
+from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
-    "pixfeed.verify:add_command",
+    "pixfeed.verify_cli:add_command",
     "pixfeed.diagnose.cli:add_doctor",
     "pixfeed.diagnose.cli:add_profile",
     "pixfeed.bench.cli:add_command",
@@ -22,8 +29,8 @@ COMMANDS: list = [
 
 
 def _pack_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="mmap", help="mmap, lmdb, hdf5 or wds (default: mmap)")
-    p.add_argument("--store", choices=("pixels", "encoded"),
+    p.add_argument("--format", default="mmap", choices=list(FORMATS), help="the format (default: mmap)")
+    p.add_argument("--store", choices=STORES,
                    help="pixels: decoded uint8 RGB (default for mmap); encoded: the image files' bytes (default otherwise)")
     p.add_argument("--size", default="256", help="pixels mode: output size S or HxW (default 256)")
     p.add_argument("--resize", default="crop", choices=("crop", "pad", "stretch"),
@@ -37,54 +44,48 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
     p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
+    # format-specific: refused by pack for a format that does not take them (pixfeed.registry)
     p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")
     p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
-    p.add_argument("--seed", type=int, default=0, help="wds: seed of the pre-shard shuffle (default 0)")
-    p.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="wds: keep source order")
-    p.add_argument("--compression", choices=("lzf", "gzip"), help="hdf5: compress pixel chunks")
+    p.add_argument("--seed", type=int, help="wds: seed of the pre-shard shuffle (default 0)")
+    p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="wds: keep source order")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5: compress pixel chunks")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
+    add_argument(p)
 
 
 def _pack_options(args) -> dict:
-    keys = ("store", "size", "resize", "max_side", "quality", "ext", "workers", "on_error", "overwrite",
-            "max_pixels", "full_check", "shard_size", "shard_bytes", "seed", "shuffle", "compression")
-    return {k: getattr(args, k) for k in keys}
+    from .packers.options import PackOptions
+
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(PackOptions)}
 
 
-def _progress(args) -> bool:
-    return not args.quiet and sys.stderr.isatty()
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return str(n)
 
 
 def cmd_pack(args) -> int:
     from .packers import pack
 
     start = time.perf_counter()
-    m = pack(args.src, args.dst, args.format, progress=_progress(args), **_pack_options(args))
+    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet),
+             storage_options=options_from_args(args.storage_option), **_pack_options(args))
     if not args.quiet:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
         for s in m["skipped"]:
-            print(f"skipped: {s['path']}: {s['reason']}", file=sys.stderr)
+            reason = s["reason"] if s["path"] in s["reason"] else f"{s['path']}: {s['reason']}"
+            print(f"skipped: {reason}", file=sys.stderr)
         secs = time.perf_counter() - start
         stats = m["stats"]
-        print(f"packed {m['count']} images ({_human(stats['stored_bytes'])} stored from {_human(stats['source_bytes'])}"
-              f" of source files, {len(m['skipped'])} skipped) into {args.dst} as {m['format']}/{m['store']} "
-              f"in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
+        print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "
+              f"{human_bytes(stats['source_bytes'])} of source files, {len(m['skipped'])} skipped) into {args.dst} "
+              f"as {m['format']}/{m['store']} in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
     return 0
 
 
 def cmd_info(args) -> int:
     from .manifest import read_manifest
 
-    m = read_manifest(args.path)
+    m = read_manifest(args.path, options_from_args(args.storage_option))
     if args.json:
         print(json.dumps(m, indent=1, ensure_ascii=False))
         return 0
@@ -95,7 +96,7 @@ def cmd_info(args) -> int:
             ("store", m["store"] + (f", {m['shape'][0]}x{m['shape'][1]} RGB" if m["shape"] else "")),
             ("classes", "none (flat source)" if classes is None else
              f"{len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"),
-            ("files", f"{len(m['files'])}, {_human(total)}"),
+            ("files", f"{len(m['files'])}, {human_bytes(total)}"),
             ("checksum", m["checksum"]),
             ("skipped", len(m["skipped"])),
             ("created", f"{m['created']} by pixfeed {m['pixfeed_version']}")]
@@ -108,11 +109,14 @@ def cmd_info(args) -> int:
 
 
 def cmd_sample(args) -> int:
+    from .errors import OptionError
     from .sample import make_sample
 
+    if args.count < 1:
+        raise OptionError(f"--count {args.count}: must be at least 1")
     make_sample(args.dir, args.count, args.seed)
     if not args.quiet:
-        print(f"wrote {args.count} images to {args.dir}")
+        print(f"wrote {plural(args.count, 'image')} to {args.dir}")
     return 0
 
 
@@ -127,9 +131,9 @@ def cmd_demo(args) -> int:
     work = Path(args.out or tempfile.mkdtemp(prefix="pixfeed-demo-"))
     src, dst = work / "sample", work / "packed-mmap"
     make_sample(src, args.count)
-    print(f"1. wrote {args.count} synthetic images to {src}")
-    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=_progress(args))
-    print(f"2. packed them to {dst}: {m['count']} records, {m['shape']} uint8, {m['stats']['seconds']:.1f} s")
+    print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
+    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
+    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {'x'.join(map(str, m['shape']))} uint8, {m['stats']['seconds']:.1f} s")
     ds = MmapImageDataset(dst)
     loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
     start, n, checksum = time.perf_counter(), 0, 0
@@ -137,7 +141,7 @@ def cmd_demo(args) -> int:
         n += len(images)
         checksum += int(images[:, :, 0, 0].sum())
     secs = time.perf_counter() - start
-    print(f"3. read {n} images back through a DataLoader: batches of {tuple(images.shape[1:])} {images.dtype}, "
+    print(f"3. read {plural(n, 'image')} back through a DataLoader: batches of {tuple(images.shape[1:])} {images.dtype}, "
           f"{len(ds.classes)} classes, {n / secs:.0f} images/s")
     return 0
 
@@ -147,14 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack an image folder into a dataset")
-    p.add_argument("src", help="image folder: root/<class>/<img> or flat")
-    p.add_argument("dst", help="output dataset directory")
+    p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train)")
+    p.add_argument("dst", help="output dataset directory (or a URL, s3://bucket/prefix)")
     _pack_arguments(p)
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser("info", help="describe a packed dataset")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    add_argument(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("sample", help="write a synthetic photo-like ImageFolder sample")

@@ -185,6 +185,14 @@ def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop
     return np.asarray(img, dtype=np.uint8)
 
 
+def decode_for_pack(data: bytes, size: Size, resize_mode: str, where: str,
+                    max_pixels: Optional[int] = None) -> Tuple[np.ndarray, Size]:
+    """The exact path's pixels at ``size`` (as ``decode``), and the (H, W) of the source
+    image after EXIF orientation, which a pack records without decoding it twice."""
+    img = to_rgb(open_image(data, where, max_pixels), where)
+    return np.asarray(resize(img, size, resize_mode, crop_ratio=1.0), dtype=np.uint8), (img.height, img.width)
+
+
 def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, full: bool = False) -> Tuple[str, Size]:
     """Cheap validity check of encoded bytes; returns (format, (H, W) after orientation).
 

@@ -1,9 +1,12 @@
-"""Error types. Every pixfeed error names the file, record or option at fault.
+"""Error types, and ``require_int`` for integer options. Every pixfeed error names the file, record or
+option at fault.
 
 Each error also derives from the matching builtin so callers can catch either
 (``except FileNotFoundError`` keeps working).
 """
 from __future__ import annotations
+
+from typing import Any
 
 
 class PixfeedError(Exception):
@@ -30,9 +33,22 @@ class OutputError(PixfeedError, OSError):
     """The destination cannot be written (disk full, read-only, no permission)."""
 
 
+class StorageError(PixfeedError, OSError):
+    """A bucket or remote store cannot be reached, refuses access or fails a request."""
+
+
 class CorruptDataError(DatasetError):
     """Stored bytes do not match their checksum, or a record cannot be parsed."""
 
 
 class ImageDecodeError(SourceError):
     """Bytes that should hold an image cannot be decoded safely."""
+
+
+def require_int(name: str, value: Any, minimum: int, auto: bool = False) -> int:
+    """``value`` if it is an integer >= ``minimum`` (not a bool), else an OptionError naming ``name``;
+    ``auto`` says that the caller also takes "auto" (checked before calling)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        either = "'auto' or " if auto else ""
+        raise OptionError(f"{name} must be {either}an integer >= {minimum}, not {value!r}")
+    return value

@@ -5,7 +5,7 @@ directory with a manifest is a finished dataset.  Fields::
 
     magic            "pixfeed-dataset"
     layout_version   integer; readers refuse versions they do not know
-    format           "mmap" | "lmdb" | "hdf5" | "wds"
+    format           a name in pixfeed.registry.FORMATS ("mmap" | "lmdb" | "hdf5" | "wds")
     count            number of records
     classes          sorted class names, or null for a flat source
     store            "pixels" (decoded uint8 RGB, HxWx3) | "encoded" (image file bytes)
@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatasetError, DatasetNotFoundError
+from .registry import FORMATS
+from .storage import Store, is_url, local_path
 
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"
 MAGIC = "pixfeed-dataset"
 LAYOUT_VERSION = 1
-FORMATS = ("mmap", "lmdb", "hdf5", "wds")
 STORES = ("pixels", "encoded")
 
 
@@ -50,9 +51,11 @@ def write_manifest(root: Path, manifest: dict) -> None:
     write_json_atomic(root / MANIFEST_NAME, manifest)
 
 
-def read_manifest(root: str | os.PathLike) -> dict:
-    """Read and validate ``root/pixfeed.json``; raise a clear DatasetError otherwise."""
-    root = Path(root)
+def read_manifest(root: str | os.PathLike, storage_options: dict | None = None) -> dict:
+    """Read and validate ``root/pixfeed.json`` (``root`` may be a URL); raise a clear DatasetError otherwise."""
+    if is_url(root):
+        return _read_remote(root, storage_options)
+    root = local_path(root)
     path = root / MANIFEST_NAME
     if not root.exists():
         raise DatasetNotFoundError(f"{root}: no such dataset directory")
@@ -60,16 +63,22 @@ def read_manifest(root: str | os.PathLike) -> dict:
         raise DatasetError(f"{root}: not a directory; a pixfeed dataset is a directory holding {MANIFEST_NAME}")
     if not path.is_file():
         raise DatasetError(f"{root}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with 'pixfeed pack'")
+    return parse_manifest(path.read_bytes(), path)
+
+
+def _read_remote(url: str, storage_options: dict | None) -> dict:
+    store = Store(url, storage_options)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DatasetError(f"{path}: manifest is not valid JSON ({e})") from None
-    validate(manifest, path)
-    return manifest
+        text = store.read(MANIFEST_NAME)
+    except DatasetNotFoundError:
+        raise DatasetNotFoundError(f"{store.url}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with "
+                                   "'pixfeed pack SRC URL'") from None
+    return parse_manifest(text, store.url_of(MANIFEST_NAME))
 
 
-def parse_manifest(text: str | bytes, where: str = MANIFEST_NAME) -> dict:
-    """Parse manifest text; used by read_manifest and by the property tests."""
+def parse_manifest(text: str | bytes, where: object = MANIFEST_NAME) -> dict:
+    """Parse and validate manifest text: the one parser, used by read_manifest and
+    fuzzed by the property tests."""
     try:
         manifest = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
@@ -91,7 +100,8 @@ def validate(m: Any, where: object) -> None:
     _require(v == LAYOUT_VERSION, where,
              f"layout_version {v} is not supported by this pixfeed (it reads version {LAYOUT_VERSION}); "
              "upgrade pixfeed or re-pack the dataset")
-    _require(m.get("format") in FORMATS, where, f"unknown format {m.get('format')!r}; expected one of {', '.join(FORMATS)}")
+    _require(isinstance(m.get("format"), str) and m["format"] in FORMATS, where,
+             f"unknown format {m.get('format')!r}; expected one of {', '.join(FORMATS)}")
     _require(m.get("store") in STORES, where, f"unknown store {m.get('store')!r}; expected one of {', '.join(STORES)}")
     n = m.get("count")
     _require(isinstance(n, int) and not isinstance(n, bool) and n >= 0, where, f"count {n!r} is not a non-negative integer")

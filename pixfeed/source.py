@@ -19,13 +19,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import SourceError
+from .storage import Store, is_url, join, local_path
 
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png")
+FETCH = 64  # objects fetched at once per pack task from a URL source
 
 
 @dataclass
@@ -37,9 +39,24 @@ class Source:
     classes: Optional[List[str]]
     sizes: np.ndarray         # int64 file sizes in bytes (0 where stat failed)
     notes: List[str] = field(default_factory=list)  # for the manifest's notes
+    remote: Optional[Store] = None  # set when root is a URL (then root is the URL string)
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def where(self, i: int) -> str:
+        return str(join(self.root, self.paths[i]))
+
+    def fetch(self, indices) -> Iterator[Tuple[int, object]]:
+        """(index, bytes) for ``indices`` in order: None (read the local file when needed) or, from a
+        URL, the object's bytes fetched ``FETCH`` at a time in parallel (a StorageError where a GET failed)."""
+        indices = [int(i) for i in indices]
+        if self.remote is None:
+            yield from ((i, None) for i in indices)
+            return
+        for start in range(0, len(indices), FETCH):
+            batch = indices[start:start + FETCH]
+            yield from zip(batch, self.remote.read_many([self.paths[i] for i in batch]))
 
 
 def parse_extensions(value: Optional[Sequence[str] | str]) -> tuple:
@@ -81,7 +98,7 @@ def _check_utf8(root: Path, paths: List[str]) -> None:
         try:
             p.encode("utf-8")
         except UnicodeEncodeError:
-            bad.append(ascii(str(root / p)))
+            bad.append(ascii(str(join(root, p))))
     if bad:
         raise SourceError(f"{len(bad)} file name(s) not valid UTF-8, which keys must be: {', '.join(bad[:3])}; "
                           "rename them (for example with convmv)")
@@ -99,15 +116,30 @@ def _unique_keys(paths: List[str]) -> List[str]:
     return keys
 
 
-def scan(root: str | os.PathLike, extensions=None) -> Source:
-    """Scan ``root``; raise SourceError if it is missing, a file, or holds no images."""
-    root = Path(root)
+def _scan_url(url: str, exts: tuple, storage_options: Optional[dict]) -> tuple:
+    """(store, paths, {path: size}, first-level folders) from one recursive listing of a bucket prefix."""
+    store = Store(url, storage_options)
+    listing = {p: n for p, n in store.list().items() if not any(part.startswith(".") for part in p.split("/"))}
+    if not listing:
+        raise SourceError(f"source {store.url}: no objects under this prefix")
+    paths = sorted(p for p in listing if os.path.splitext(p)[1].lower() in exts)
+    _check_utf8(store.url, paths)
+    return store, paths, listing, sorted({p.split("/", 1)[0] for p in listing if "/" in p})
+
+
+def scan(root: str | os.PathLike, extensions=None, storage_options: Optional[dict] = None) -> Source:
+    """Scan ``root`` (a folder or a URL prefix); raise SourceError if it is missing, a file, or holds no images."""
     exts = parse_extensions(extensions)
-    if not root.exists():
-        raise SourceError(f"source {root}: no such folder")
-    if not root.is_dir():
-        raise SourceError(f"source {root}: is a file, not a folder of images")
-    paths = _walk(root, exts)
+    if is_url(root):
+        store, paths, listing, folders = _scan_url(root, exts, storage_options)
+        root = store.url
+    else:
+        root, store = local_path(root), None
+        if not root.exists():
+            raise SourceError(f"source {root}: no such folder")
+        if not root.is_dir():
+            raise SourceError(f"source {root}: is a file, not a folder of images")
+        paths = _walk(root, exts)
     if not paths:
         raise SourceError(f"source {root}: no images with extensions {', '.join(exts)} found "
                           "(hidden files and folders are skipped; use --ext for other extensions)")
@@ -118,8 +150,10 @@ def scan(root: str | os.PathLike, extensions=None) -> Source:
                           "use either root/<class>/<img> or a flat folder")
     notes = []
     if nested:
-        with os.scandir(root) as entries:
-            classes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+        if store is None:
+            with os.scandir(root) as entries:
+                folders = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+        classes = folders
         _check_utf8(root, classes)
         index = {c: i for i, c in enumerate(classes)}
         labels = np.array([index[p.split("/", 1)[0]] for p in paths], dtype=np.int64)
@@ -129,8 +163,8 @@ def scan(root: str | os.PathLike, extensions=None) -> Source:
                          f"folder listing: {', '.join(f'{c} (label {index[c]})' for c in empty[:10])}")
     else:
         classes, labels = None, np.full(len(paths), -1, dtype=np.int64)
-    sizes = np.array([_size(root / p) for p in paths], dtype=np.int64)
-    return Source(root, paths, _unique_keys(paths), labels, classes, sizes, notes)
+    sizes = np.array([listing[p] if store else _size(root / p) for p in paths], dtype=np.int64)
+    return Source(root, paths, _unique_keys(paths), labels, classes, sizes, notes, store)
 
 
 def _size(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""``pixfeed verify DST [--deep]``: check a packed dataset against its manifest.
+"""Check a packed dataset against its manifest (``pixfeed verify``, in ``verify_cli.py``).
 
 Works for every format from the manifest and the format's reader, and reports
 every problem it finds (not only the first), each naming the file, shard,
@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .checksum import file_hash
+from .checksum import file_hash, stream_hash
 from .decode import check_encoded, decode
 from .errors import PixfeedError
 from .manifest import read_manifest
+from .storage import Store, is_url, join, local_path
 
 _CHUNK = 64
 Progress = Optional[Callable[[int], object]]
@@ -33,7 +33,7 @@ Progress = Optional[Callable[[int], object]]
 
 @dataclass
 class Report:
-    path: Path
+    path: object                     # Path, or the URL string
     records: int = 0                 # records read and checked
     files: int = 0                   # data files checked
     problems: List[str] = field(default_factory=list)
@@ -43,14 +43,16 @@ class Report:
         return not self.problems
 
 
-def verify(path, deep: bool = False, progress: Progress = None) -> Report:
-    """Check the dataset at ``path``; raise DatasetError only if its manifest is unusable."""
-    root = Path(path)
-    manifest = read_manifest(root)
+def verify(path, deep: bool = False, progress: Progress = None, storage_options: Optional[dict] = None) -> Report:
+    """Check the dataset at ``path`` (a folder or a URL: its objects are hashed as they stream,
+    records are read as the reader reads them); raise DatasetError only if its manifest is unusable."""
+    remote = Store(path, storage_options) if is_url(path) else None
+    root = remote.url if remote else local_path(path)
+    manifest = read_manifest(root, storage_options)
     report = Report(root)
-    report.problems += _check_files(root, manifest, report)
-    report.problems += _check_count(root, manifest)
-    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None))
+    report.problems += _check_files(root, manifest, report, remote)
+    report.problems += _check_count(root, manifest, remote)
+    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None), storage_options)
     return report
 
 
@@ -61,26 +63,38 @@ def _file_entries(manifest: dict) -> dict:
     return entries
 
 
-def _check_files(root: Path, manifest: dict, report: Report) -> Iterator[str]:
+def _check_files(root, manifest: dict, report: Report, remote: Optional[Store]) -> Iterator[str]:
+    try:
+        sizes = remote.list() if remote else None
+    except PixfeedError as e:
+        yield f"files not checked: {e}"
+        return
     for name, meta in sorted(_file_entries(manifest).items()):
-        p = root / name
+        p = join(root, name)
         report.files += 1
         try:
-            size = p.stat().st_size
+            size = sizes[name] if remote else p.stat().st_size
             if size != meta["bytes"]:
                 yield f"{p}: {size} bytes, but the manifest records {meta['bytes']} (truncated or damaged)"
-            elif (digest := file_hash(p)) != meta["xxh3_64"]:
+            elif (digest := _hash(p, name, remote)) != meta["xxh3_64"]:
                 yield f"{p}: xxh3_64 {digest} does not match the manifest's {meta['xxh3_64']} (damaged)"
-        except FileNotFoundError:
+        except (FileNotFoundError, KeyError):
             yield f"{p}: data file missing (listed in the manifest)"
         except OSError as e:
             yield f"{p}: cannot read ({e.strerror or e})"
 
 
-def _check_count(root: Path, manifest: dict) -> Iterator[str]:
-    n, path = manifest["count"], root / manifest["keys_file"]
+def _hash(path, name: str, remote: Optional[Store]) -> str:
+    if remote is None:
+        return file_hash(path)
+    with remote.open(name) as f, remote.errors(str(path)):
+        return stream_hash(f)
+
+
+def _check_count(root, manifest: dict, remote: Optional[Store]) -> Iterator[str]:
+    n, path = manifest["count"], join(root, manifest["keys_file"])
     try:
-        keys = json.loads(path.read_text(encoding="utf-8"))
+        keys = json.loads(remote.read(manifest["keys_file"]) if remote else path.read_bytes())
     except (OSError, ValueError) as e:
         yield f"{path}: cannot read the record keys ({e})"
         return
@@ -91,15 +105,17 @@ def _check_count(root: Path, manifest: dict) -> Iterator[str]:
         yield f"{root}: shards hold {sum(s['count'] for s in shards)} records, manifest count is {n}"
 
 
-def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
+def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
+                   storage_options: Optional[dict]) -> Iterator[str]:
     from .datasets import open_dataset
+    from .datasets.protocol import CheckedReads
 
     try:
-        ds = open_dataset(root, verify=True)
-        if not hasattr(ds, "_checked"):
+        ds = open_dataset(str(root), checksums=True, storage_options=storage_options)
+        if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return
-        _ = ds.handle  # opening checks every data file's size
+        ds.check_files()
     except (PixfeedError, OSError) as e:
         yield f"records not checked: {e}"
         return
@@ -117,7 +133,7 @@ def _check_records(root: Path, manifest: dict, deep: bool, report: Report, progr
 def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
     """(index, stored, label, problem) per record; a chunk that fails is re-read one by one."""
     try:
-        idx, stored, labels = ds._checked(list(chunk))
+        idx, stored, labels = ds.read_checked(list(chunk))
     except Exception:  # noqa: BLE001 - re-read record by record, to name each bad one
         yield from (_read_one(ds, i, report) for i in chunk)
         return
@@ -127,7 +143,7 @@ def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
 
 def _read_one(ds, i: int, report: Report) -> tuple:
     try:
-        _, stored, labels = ds._checked([i])
+        _, stored, labels = ds.read_checked([i])
     except Exception as e:  # noqa: BLE001 - a reader's library may raise its own types on damage
         msg = str(e) if isinstance(e, PixfeedError) else f"cannot read ({type(e).__name__}: {e})"
         return i, None, None, msg if f"record {i}" in msg else f"{ds.where(i)}: {msg}"
@@ -172,28 +188,3 @@ def _shape_problem(where: str, stored, manifest: dict) -> Optional[str]:
     except PixfeedError as e:
         return str(e)
     return None if got == want else f"{where}: decodes to shape {got}, but {want} was recorded"
-
-
-def cmd_verify(args) -> int:
-    from ._progress import Bar
-
-    from .cli import _progress
-
-    total = read_manifest(args.dst)["count"]
-    with Bar(total=total, unit="rec", disable=not _progress(args), dynamic_ncols=True) as bar:
-        report = verify(args.dst, deep=args.deep, progress=bar.update)
-    for problem in report.problems:
-        print(f"FAIL {problem}")
-    if not args.quiet or report.problems:
-        state = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-        print(f"{state}: {args.dst}: {report.files} files and {report.records} of {total} records checked"
-              f"{' and decoded' if args.deep else ''}")
-    return 0 if report.ok else 1
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("verify", help="check a packed dataset's files and records against its manifest")
-    p.add_argument("dst", help="packed dataset directory")
-    p.add_argument("--deep", action="store_true", help="also decode every record and check its shape")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only problems")
-    p.set_defaults(func=cmd_verify)

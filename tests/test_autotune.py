@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import Dataset
 
 import pixfeed
-from pixfeed.diagnose import autotune as tuning
+from pixfeed.loaders import tune as tuning
 from pixfeed.errors import OptionError
 
 

@@ -21,7 +21,8 @@ from torch.utils.data import IterableDataset
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
 from pixfeed.loaders._testing import ArrayDataset, random_images
-from test_loaders_formats import Packed, all_identities, identities, pack_all
+from pixfeed.packers import pack
+from test_loaders_formats import SIZE, Packed, all_identities, identities, pack_all
 
 WORLD, BATCH, SEED, DEADLINE_S = 2, 4, 3, 120
 Epoch = List[List[str]]  # batches of sample identities
@@ -63,8 +64,24 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory) -> Packed:
-    return {"array": ("array", {}), **pack_all(tmp_path_factory.mktemp("formats"))}
+def cases(tmp_path_factory, request) -> Packed:
+    root = tmp_path_factory.mktemp("formats")
+    return {"array": ("array", {}), **pack_all(root), **bucket_cases(root, request)}
+
+
+def bucket_cases(root: Path, request) -> Packed:
+    """wds streamed from the S3 test server, and lmdb staged from it (both ranks stage at once: one download)."""
+    try:
+        server = request.getfixturevalue("s3_server")
+    except pytest.skip.Exception:
+        return {}  # no S3 server here (CI requires it: PIXFEED_REQUIRE_S3)
+    options = {"size": SIZE, "storage_options": server.options, "cache_dir": str(root / "cache")}
+    cases = {}
+    for fmt in ("wds", "lmdb"):
+        url = f"s3://pixfeed/distributed/{fmt}"
+        pack(root / "src", url, fmt, size=SIZE, workers=1, overwrite=True, storage_options=server.options)
+        cases[f"{fmt}-bucket"] = (url, options)
+    return cases
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from pixfeed.cli import main
 from pixfeed.diagnose import storage, system
 from pixfeed.diagnose.doctor import diagnose, render
-from pixfeed.loaders import cpus
+from pixfeed import cpus
 
 MiB, GiB = 2**20, 2**30
 StatVFS = namedtuple("StatVFS", "f_blocks f_frsize f_bavail")
@@ -38,7 +38,12 @@ def eight_cores(monkeypatch):
 def test_cpu_quota_below_cpu_count_is_flagged(tmp_path, eight_cores):
     finding = system.check_cpus(write(tmp_path, {"cpu.max": "150000 100000\n"}))
     assert finding.status == "warn" and finding.data["usable"] == 2 and finding.data["cgroup_quota"] == 1.5
-    assert "num_workers <= 2" in finding.advice and "os.cpu_count()=8" in finding.advice
+    assert "at most 2 loader workers" in finding.advice and "os.cpu_count()=8" in finding.advice
+
+
+def test_one_usable_cpu_is_explained_in_words(tmp_path, eight_cores):
+    finding = system.check_cpus(write(tmp_path, {"cpu.max": "100000 100000\n"}))
+    assert "read in the training process (num_workers=0" in finding.advice and "<= 0" not in finding.advice
 
 
 def test_no_quota_is_fine(tmp_path, eight_cores):
@@ -87,6 +92,30 @@ def test_shm_with_room_is_fine(monkeypatch):
     assert system.check_shm(100 * MiB, "/fake/shm").status == "ok"
 
 
+def test_no_workers_need_no_shm(monkeypatch):
+    fake_shm(monkeypatch, 64 * MiB, 64 * MiB)
+    finding = system.check_shm(0, "/fake/shm")
+    assert finding.status == "ok" and "do not pass through shared memory" in finding.advice
+
+
+@pytest.mark.parametrize("installed, store, status, advised", [
+    (True, "encoded", "ok", False), (False, "encoded", "info", True), (False, None, "info", True),
+    (False, "pixels", "ok", False), (True, "pixels", "ok", False)])
+def test_fast_decode_advised_only_when_missing_and_needed(monkeypatch, installed, store, status, advised):
+    from pixfeed import _jpeghead
+    from pixfeed.diagnose.doctor import check_decode
+
+    monkeypatch.setattr(_jpeghead, "simplejpeg", _jpeghead.simplejpeg if installed else None)
+    finding = check_decode(store)
+    assert finding.status == status and ("pixfeed[fast]" in finding.advice) == advised
+
+
+def test_slow_storage_advises_packing_only_a_folder():
+    folder, _ = storage._advice(50e6, 100 * MiB, None, 0.0)
+    dataset, _ = storage._advice(50e6, 100 * MiB, 1000.0, 0.0)
+    assert "pixfeed pack" in folder and "pixfeed pack" not in dataset and "local NVMe" in dataset
+
+
 def test_missing_shm_dir(tmp_path):
     assert system.check_shm(MiB, str(tmp_path / "absent")).status == "info"
 
@@ -120,9 +149,29 @@ def test_diagnose_runs_every_probe_on_fake_paths(tmp_path, monkeypatch, eight_co
     by_check = {f.check: f for f in findings}
     assert {"cpus", "memory", "shared memory", "torch", "storage"} <= set(by_check)
     assert by_check["shared memory"].data["need"] == 256 * 3 * 224 * 224 * 2 * 2  # 2 usable CPUs: 2 workers
+    assert "2 workers x 2 ready batches of 37 MiB need 147 MiB" in by_check["shared memory"].value
     assert by_check["storage"].data["bytes"] == MiB
     text = render(findings)
     assert all(f.check in text and f.advice in text for f in findings)
+
+
+def test_cli_defaults_on_mixed_size_encoded_images(image_tree, tmp_path, capsys):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "lmdb")
+    assert main(["doctor", str(tmp_path / "ds"), "--json"]) == 0
+    findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert findings["shared memory"]["data"]["need"] % (256 * 3 * 224 * 224) == 0  # sized at 224 for mixed sizes
+    assert findings["storage"]["data"]["files"] >= 1
+
+
+def test_cli_on_stored_pixels_expects_no_workers(image_tree, tmp_path, capsys):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "mmap", size=16)
+    assert main(["doctor", str(tmp_path / "ds"), "--json", "--read-mb", "1"]) == 0
+    findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert findings["shared memory"]["data"]["need"] == 0 and findings["fast decode"]["status"] == "ok"
 
 
 def test_cli_json(tmp_path, capsys):
@@ -131,3 +180,10 @@ def test_cli_json(tmp_path, capsys):
     findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
     assert findings["storage"]["data"]["bytes"] == 1000
     assert findings["shared memory"]["data"]["need"] % (8 * 3 * 32 * 32) == 0
+
+
+def test_cli_names_a_missing_path_and_bad_options(tmp_path, capsys):
+    assert main(["doctor", str(tmp_path / "absent")]) == 2
+    assert "absent: no such dataset or folder" in capsys.readouterr().err
+    assert main(["doctor", "--batch-size", "0"]) == 2
+    assert "--batch-size 0: must be at least 1" in capsys.readouterr().err

@@ -53,7 +53,7 @@ def test_damaged_header_names_lmdb_key(image_tree, tmp_path):
     assert data.count(header) == 1
     (tmp_path / "out" / "data.mdb").write_bytes(data.replace(header, header[:4] + b"\x09" + header[5:]))
     with pytest.raises(CorruptDataError, match=r"record 3 .*key 0000000003: malformed record: record version 9"):
-        LmdbImageDataset(tmp_path / "out", verify=False)[3]
+        LmdbImageDataset(tmp_path / "out", checksums=False)[3]
 
 
 class FailingEnv:

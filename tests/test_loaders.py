@@ -225,8 +225,10 @@ def test_auto_warns_when_the_environment_says_several_ranks(dataset, monkeypatch
 
 
 def test_bad_batch_size_and_missing_process_group(dataset, monkeypatch):
-    with pytest.raises(OptionError, match="batch_size"):
+    with pytest.raises(OptionError, match=r"^batch_size must be an integer >= 1, not 0$"):  # no "auto" offered
         make_loader(dataset, 0)
+    with pytest.raises(OptionError, match=r"^num_workers must be 'auto' or an integer >= 0, not True$"):
+        make_loader(dataset, 4, num_workers=True)
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(OptionError, match="init_process_group"):
         make_loader(dataset, 4, distributed=True)

@@ -4,9 +4,8 @@ tasks into their one output file then, in task order, instead of all at the
 end; a failing pack closes that file (``Writer.abort``)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
-import time
-from pathlib import Path
 from typing import Any, List, Tuple
 
 import h5py
@@ -33,24 +32,26 @@ def test_task_done_sees_every_task_in_the_main_process(image_tree, tmp_path, mon
     assert sorted(seen) == [(task, os.getpid()) for task in range(len(seen))] and len(seen) > 1
 
 
-def gate_last_task(monkeypatch, fmt: str, gate: Path) -> Tuple[List[Tuple[int, int]], List[Any]]:
+def gate_last_task(monkeypatch, fmt: str) -> Tuple[List[Tuple[int, int]], List[Any]]:
     """Hold the last task (in its worker) until the main process has copied task 0,
-    so a pack only completes if copying overlaps the workers.  Returns the
-    (first record, task) of each copy and the output handles opened, as they happen."""
+    so a pack only completes if copying overlaps the workers (an Event shared
+    through fork: no polling, no timing).  Returns the (first record, task) of
+    each copy and the output handles opened, as they happen."""
+    gate = multiprocessing.get_context("fork").Event()
     cls = writer_class(fmt)
     write_task, copy_task, open_output = cls.write_task, cls.copy_task, cls.open_output
     copies: List[Tuple[int, int]] = []
     handles: List[Any] = []
 
     def held_write_task(self, task, indices, records):
-        if indices[-1] == len(self.source) - 1:
-            _wait_for(gate)
+        if indices[-1] == len(self.source) - 1 and not gate.wait(timeout=120):
+            raise RuntimeError("no task was copied while the last one ran")
         return write_task(self, task, indices, records)
 
     def spied_copy_task(self, first, result):
         copy_task(self, first, result)
         copies.append((first, result.task))
-        gate.touch()
+        gate.set()
 
     def spied_open_output(self):
         handles.append(open_output(self))
@@ -63,21 +64,13 @@ def gate_last_task(monkeypatch, fmt: str, gate: Path) -> Tuple[List[Tuple[int, i
     return copies, handles
 
 
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + 60
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{path.name} never appeared: no task was copied while the last one ran")
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
 @pytest.mark.parametrize("store", ["pixels", "encoded"])
 def test_tasks_are_copied_in_order_while_the_last_one_runs(tmp_path, monkeypatch, fmt, store):
     src = make_tree(tmp_path / "src", per_class=8)
     (src / "cat" / "broken.jpg").write_bytes(BROKEN)  # record 0, task 0
     (src / "dog" / "broken.jpg").write_bytes(BROKEN)  # task 2
-    copies, _ = gate_last_task(monkeypatch, fmt, tmp_path / "task-0-copied")
+    copies, _ = gate_last_task(monkeypatch, fmt)
     m = pack(src, tmp_path / fmt, fmt, store=store, size=16, workers=2, on_error="skip")
     pack(src, tmp_path / "mmap", "mmap", store=store, size=16, workers=2, on_error="skip")
     assert [s["path"] for s in m["skipped"]] == ["cat/broken.jpg", "dog/broken.jpg"]
@@ -90,11 +83,11 @@ def test_tasks_are_copied_in_order_while_the_last_one_runs(tmp_path, monkeypatch
 def test_a_failing_pack_closes_the_output(tmp_path, monkeypatch, fmt):
     src = make_tree(tmp_path / "src", per_class=8)
     (src / "eel" / "zzz.jpg").write_bytes(BROKEN)  # the last image: fails the last task
-    copies, handles = gate_last_task(monkeypatch, fmt, tmp_path / "task-0-copied")
+    copies, handles = gate_last_task(monkeypatch, fmt)
     with pytest.raises(SourceError, match="zzz.jpg"):
         pack(src, tmp_path / "out", fmt, store="pixels", size=16, workers=2)
     assert copies and len(handles) == 1 and _closed(handles[0])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "task-0-copied"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
 
 
 def _closed(handle: Any) -> bool:

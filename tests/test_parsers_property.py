@@ -8,11 +8,12 @@ import json
 import os
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pixfeed.errors import DatasetError
-from pixfeed.manifest import FORMATS, LAYOUT_VERSION, MAGIC, STORES, parse_manifest
+from pixfeed.manifest import LAYOUT_VERSION, MAGIC, STORES, parse_manifest
+from pixfeed.registry import FORMATS
 
 WHERE = "some/ds/pixfeed.json"
 VALID = {"magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": "mmap", "count": 3, "classes": ["a", "b"],
@@ -38,7 +39,7 @@ def follows_contract(m) -> bool:
     if not isinstance(m, dict) or m.get("magic") != MAGIC or not _int(m.get("layout_version")):
         return False
     shape, classes, files = m.get("shape"), m.get("classes"), m.get("files")
-    return (m["layout_version"] == LAYOUT_VERSION and m.get("format") in FORMATS and m.get("store") in STORES
+    return (m["layout_version"] == LAYOUT_VERSION and m.get("format") in sorted(FORMATS) and m.get("store") in STORES
             and _int(m.get("count"), 0)
             and (classes is None or isinstance(classes, list) and all(isinstance(c, str) for c in classes))
             and (m["store"] != "pixels" or isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
@@ -93,3 +94,25 @@ def test_valid_manifest_and_deep_nesting():
     for size in (-1, True):
         check(json.dumps({**VALID, "files": {"images.npy": {"bytes": size, "xxh3_64": "00"}}}))
     check("[" * 100_000 + "]" * 100_000)
+
+
+@settings(max_examples=60)
+@given(st.binary(max_size=200) | st.builds(json.dumps, json_values).map(str.encode)
+       | st.sampled_from(sorted(VALID)).map(lambda k: json.dumps({**VALID, k: None}).encode()))
+@example(b"[" * 100_000)  # json's RecursionError: DatasetError from both
+def test_read_manifest_is_parse_manifest_on_a_file(data):
+    """read_manifest has no parser of its own: on any file it does what parse_manifest does."""
+    import tempfile
+
+    from pixfeed.manifest import read_manifest
+
+    with tempfile.TemporaryDirectory() as root:
+        path = Path(root) / "pixfeed.json"
+        path.write_bytes(data)
+        outcomes = []
+        for parse in (lambda: read_manifest(root), lambda: parse_manifest(data, path)):
+            try:
+                outcomes.append(parse())
+            except DatasetError as e:
+                outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1]

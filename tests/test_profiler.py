@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -103,3 +104,29 @@ def test_cli_profile(image_tree, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["report"]["bound"] == "compute-bound" and out["report"]["steps"] == 2
     assert out["plan"]["num_workers"]
+
+
+@pytest.mark.parametrize("fmt", ["mmap", "lmdb", "hdf5", "wds"])
+def test_cli_profile_defaults_on_mixed_sizes(fmt, image_tree, tmp_path, capsys):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", fmt, store="encoded")  # 12 images of 6 sizes: one batch an epoch
+    assert main(["profile", str(tmp_path / "ds"), "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "images at 224x224 (center crop, the default for images of different sizes" in out
+    assert re.search(r"in 3 measured batches over [234] epochs", out)  # wds: one batch per worker an epoch
+
+
+def test_cli_profile_json_states_size_and_measures_steps(image_tree, tmp_path, capsys):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "mmap", store="encoded")
+    assert main(["profile", str(tmp_path / "ds"), "--size", "24", "--steps", "2", "--workers", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["size"] == [24, 24] and out["size_chosen"].startswith("--size")
+    assert out["report"]["steps"] == 2 and out["report"]["images"] == 24 and out["report"]["epochs"] == 3
+
+
+def test_cli_profile_names_the_bad_option(tmp_path, capsys):
+    assert main(["profile", str(tmp_path), "--steps", "0"]) == 2
+    assert "--steps 0: must be at least 1" in capsys.readouterr().err

@@ -37,7 +37,7 @@ def assert_same_as_mmap(ds, ref) -> None:
 
 def assert_encoded_is_source(ds, src: Path) -> None:
     """In encoded mode the stored bytes are the source files, unchanged."""
-    stored = ds._read(np.arange(len(ds)))[0]
+    stored = ds.read_stored(np.arange(len(ds)))[0]
     for data, path in zip(stored, scan(src).paths, strict=True):
         assert bytes(data) == (src / path).read_bytes()
 
@@ -129,7 +129,7 @@ def test_pickle_and_dataloader_workers(image_tree, tmp_path, fmt):
 @STORES
 def test_damaged_record_names_index_and_key(image_tree, tmp_path, fmt, store):
     ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, size=24)
-    needle = bytes(np.asarray(ref._read(np.array([4]))[0][0]))
+    needle = bytes(np.asarray(ref.read_stored(np.array([4]))[0][0]))
     assert_damage_detected(tmp_path / fmt, DATA_FILES[fmt], needle, 4)
 
 

@@ -118,5 +118,5 @@ def test_cli_exit_codes_and_messages(tmp_path):
                                     capture_output=True, text=True, check=False)
     bad, missing = run(dst, "--deep"), run(tmp_path / "junk")
     assert bad.returncode == 1 and f"FAIL {data}: xxh3_64" in bad.stdout, bad
-    assert "checksum" in bad.stdout.split(f"FAIL {data}")[-1] and "2 problem(s)" in bad.stdout
+    assert "checksum" in bad.stdout.split(f"FAIL {data}")[-1] and "2 problems: " in bad.stdout
     assert missing.returncode == 2 and f"pixfeed: error: {tmp_path / 'junk'}: not a pixfeed dataset" in missing.stderr

@@ -272,7 +272,7 @@ def test_damaged_member_names_shard_and_key(packed):
     with pytest.raises(CorruptDataError, match=r"record 5 \(key 'dog/img1'\) in shard shard-000001.tar.*checksum"):
         list(WdsImageDataset(packed, shuffle=False))
     with pytest.raises(ImageDecodeError, match=r"record 5 \(key 'dog/img1'\) in shard shard-000001.tar"):
-        list(WdsImageDataset(packed, shuffle=False, verify=False))  # unchecked, the decoder finds it
+        list(WdsImageDataset(packed, shuffle=False, checksums=False))  # unchecked, the decoder finds it
 
 
 def test_truncated_and_missing_shards_name_the_shard(packed):
@@ -317,7 +317,7 @@ def test_pixels_npy_is_never_unpickled(image_tree, tmp_path):
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     rewrite_shard(tmp_path / "d", "shard-000000.tar", lambda n, d: buf.getvalue() if n == "cat__img0.npy" else d)
     with pytest.raises(CorruptDataError, match="cat__img0.*npy member cannot be read"):
-        list(WdsImageDataset(tmp_path / "d", shuffle=False, verify=False))
+        list(WdsImageDataset(tmp_path / "d", shuffle=False, checksums=False))
 
 
 def test_skipped_images_keep_indices_consistent(tmp_path):

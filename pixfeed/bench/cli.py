@@ -1,7 +1,7 @@
-"""``pixfeed bench``: which format wins on this machine, and how close to its limits.
+"""``pixfeed bench``: which format and settings for your images on this machine, and what they cost.
 
-Progress goes to stderr through logging (silenced by --quiet); the table and
-the paths of the written files go to stdout.
+Progress goes to stderr through logging (silenced by --quiet); the
+recommendation, the tables and the paths of the written files go to stdout.
 """
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import List, Union
 
 from ..errors import OptionError
-from ..registry import KNOWN
-
-STORES = ("encoded", "pixels")  # the runner (torch, every format) is imported only when bench runs
+from ..manifest import STORES
+from ..registry import FORMATS
 
 
 def _names(value: str, allowed: tuple, what: str) -> List[str]:
@@ -33,12 +32,22 @@ def _workers(value: str) -> Union[int, str]:
     return int(value)
 
 
+def _size(value: str) -> int:
+    """'500G', '20M', '1.5T' or a number of bytes (decimal units, as disks are sold)."""
+    number, unit = value[:-1] if value[-1:].isalpha() else value, value[-1:].upper() if value[-1:].isalpha() else ""
+    try:
+        scale = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[unit]
+        return int(float(number) * scale)
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected bytes, or a number with K, M, G or T") from None
+
+
 def add_command(subparsers) -> None:
-    p = subparsers.add_parser("bench", help="benchmark every format on your images against the machine's limits",
+    p = subparsers.add_parser("bench", help="which format and settings for your images on this machine: measures every one",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("src", nargs="?", type=Path, help="image folder (default: a synthetic sample of --count images)")
-    p.add_argument("--formats", default=",".join(KNOWN), help=f"comma-separated (default {','.join(KNOWN)})")
-    p.add_argument("--store", default=",".join(STORES), help="encoded, pixels or both (default encoded,pixels)")
+    p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated (default {','.join(FORMATS)})")
+    p.add_argument("--store", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)} (default: all)")
     p.add_argument("--size", default="224", help="delivered image size S or HxW (default 224)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=2)
@@ -47,6 +56,10 @@ def add_command(subparsers) -> None:
                    help="one more encoded row, packed with --max-side N, to show its size and speed (0: none; default 384)")
     p.add_argument("--cold", action="store_true", help="evict the files from the page cache before each epoch")
     p.add_argument("--count", type=int, default=500, help="images in the synthetic sample (default 500)")
+    p.add_argument("--disk-budget", type=_size, help="disk a pack may take, for the recommendation, e.g. 500G "
+                   "(default: the free space under --out)")
+    p.add_argument("--targets", action="store_true",
+                   help="also print pixfeed's engineering targets (always in results.json)")
     p.add_argument("--out", type=Path, default=Path("pixfeed-bench"), help="results folder (default ./pixfeed-bench)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_bench)
@@ -60,10 +73,10 @@ def config(args: argparse.Namespace):
             raise OptionError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
     if args.max_side < 0:
         raise OptionError(f"--max-side {args.max_side}: expected 0 (no such row) or a size in pixels")
-    return BenchConfig(src=args.src, formats=_names(args.formats, KNOWN, "formats"),
+    return BenchConfig(src=args.src, formats=_names(args.formats, tuple(FORMATS), "formats"),
                        stores=_names(args.store, STORES, "store"), size=args.size, batch_size=args.batch_size,
                        epochs=args.epochs, workers=_workers(args.workers), cold=args.cold, count=args.count,
-                       max_side=args.max_side or None)
+                       max_side=args.max_side or None, disk_budget=args.disk_budget)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -79,7 +92,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .runner import run_bench
 
     result = run_bench(cfg, args.out)
-    files = write(result, args.out)
-    print(markdown(result))
+    files = write(result, args.out, args.targets)
+    print(markdown(result, args.targets))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

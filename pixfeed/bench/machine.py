@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
+from ..cpus import available_cpus
+
 
 def _cpu_model() -> str:
     try:
@@ -41,8 +43,6 @@ def _version(module: str) -> Optional[str]:
 
 
 def describe(work: Path) -> dict:
-    from ..loaders import available_cpus
-
     return {"cpu": _cpu_model(), "usable_cpus": available_cpus(), "host_cpus": os.cpu_count(),
             "memory_gb": _memory_gb(), "os": f"{platform.system()} {platform.release()}",
             "filesystem": _filesystem(work), "python": platform.python_version(),

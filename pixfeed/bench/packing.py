@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
+from .. import pagecache
 from ..decode import Size
-from . import pagecache
 from .ceilings import bracket
 from .procstats import ProcUsage
 
@@ -24,7 +24,7 @@ def pack_measured(src: Path, dst: Path, fmt: str, store: str, size: Size, worker
     on_disk = sum(f["bytes"] for f in m["files"].values())
     return m, {"seconds": seconds, "images_per_s": round(m["count"] / seconds, 1),
                "mb_per_s": round(stats["source_bytes"] / seconds / 1e6, 1),
-               "size_ratio": round(on_disk / max(stats["source_bytes"], 1), 3),
+               "bytes": on_disk, "size_ratio": round(on_disk / max(stats["source_bytes"], 1), 3),
                "cpu_ms_per_image": round(1000 * cpu_s / m["count"], 3), "ceiling": bracket(before, limit())}
 
 

@@ -1,14 +1,20 @@
 """The benchmark's output: a Markdown report (also the terminal table), results.json, the chart.
 
+The report leads with the recommendation (``recommend.py``); the project's own
+targets (``targets.py``) are always in results.json, and in the report only
+with ``pixfeed bench --targets``.
+
 Reading rows are sorted by images/s (the best epoch); each shows its ratio to
 the ceiling measured just before it and to the plain-DataLoader baseline.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from ..manifest import write_json_atomic
+from ..texttable import table
+from ..words import human_bytes, plural
 from .machine import summary
 
 READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline", "1st batch s",
@@ -36,16 +42,12 @@ def _pack_cells(row: dict) -> List[str]:
             f"{row['pack_ratio']:.0%}", _ceiling(p["ceiling"]), f"{p['size_ratio']:.2f}x"]
 
 
-def table(head: Sequence[str], rows: List[List[str]]) -> List[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]
-
-
-def markdown(result: dict) -> str:
+def markdown(result: dict, targets: bool = False) -> str:
+    """The report: the recommendation first, then the measured tables; the project's targets with ``targets``."""
     cfg, rows = result["config"], result["rows"]
     c = result["ceilings"]
-    lines = [f"# pixfeed bench: {cfg['images']} images, {cfg['source_bytes'] / 1e6:.0f} MB from {cfg['src']}", "",
+    lines = [f"# pixfeed bench: {plural(cfg['images'], 'image')}, {human_bytes(cfg['source_bytes'])} from {cfg['src']}",
+             "", "## Recommendation for this data on this machine", "", *result["recommendation"]["lines"], "",
              f"Machine: {summary(result['machine'])}.", "",
              f"Batch {cfg['batch_size']}, {cfg['size']} px, {cfg['epochs']} epochs, "
              f"{'cold' if cfg['cold'] else 'warm'} cache. Run-wide ceilings: {_ceiling(c['memcopy'])}, "
@@ -58,7 +60,9 @@ def markdown(result: dict) -> str:
     packed = [r for r in rows if r["pack"] is not None]
     if packed:
         lines += ["", "## Packing", "", *table(PACK_HEAD, [_pack_cells(r) for r in packed])]
-    lines += ["", "## Targets", ""] + [_target_line(t) for t in result["targets"]]
+    if targets:
+        lines += ["", "## Targets (the project's engineering goals, not your machine's)", ""]
+        lines += [_target_line(t) for t in result["targets"]]
     lines += _storage_lines(packed)
     if result["unavailable"]:
         lines += ["", "## Not measured", ""] + [f"- {k}: {v}" for k, v in result["unavailable"].items()]
@@ -86,13 +90,14 @@ def _storage_lines(rows: List[dict]) -> List[str]:
     return ["", "## Storage read rate of the packed files", "", *lines] if lines else []
 
 
-def write(result: dict, out: Path) -> List[Path]:
-    """Write results.json, results.md and (with matplotlib) results.png into ``out``."""
+def write(result: dict, out: Path, targets: bool = False) -> List[Path]:
+    """Write results.json (targets always), results.md (targets when asked) and, with matplotlib,
+    results.png into ``out``."""
     from .chart import draw
 
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "results.json", result)
-    (out / "results.md").write_text(markdown(result), encoding="utf-8")
+    (out / "results.md").write_text(markdown(result, targets), encoding="utf-8")
     written = [out / "results.json", out / "results.md"]
     chart: Optional[Path] = draw(result, out / "results.png")
     return written + ([chart] if chart else [])

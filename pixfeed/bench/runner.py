@@ -9,8 +9,10 @@ time to at most ``max_side`` pixels, to show what that does to size and speed.  
 read measures its own ceiling just before and after it runs (decode in the
 same number of processes, memory copy or file copy), so its ratio holds on a
 busy machine.
-Formats that are not registered, or whose pack or read fails, are listed in
-``unavailable`` with the reason; the others still run.
+A format or store mode that does not exist is refused before any work;
+formats whose pack or read fails are listed in ``unavailable`` with the
+reason, and the others still run.  Last, the targets (``targets.py``) and the
+recommendation (``recommend.py``).
 """
 from __future__ import annotations
 
@@ -23,14 +25,18 @@ from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
+from .. import pagecache
+from ..cpus import available_cpus
 from ..decode import parse_size
-from ..loaders import available_cpus, make_loader
-from ..registry import FORMATS, KNOWN
+from ..errors import OptionError
+from ..loaders import make_loader
+from ..manifest import STORES
+from ..registry import FORMATS
 from ..source import scan
-from . import ceilings, machine, pagecache
-from .cli import STORES
+from . import ceilings, machine
 from .packing import pack_measured, storage
 from .reading import FolderDataset, plain_loader, read_epochs
+from .recommend import recommend
 from .targets import judge
 
 log = logging.getLogger(__name__)
@@ -39,7 +45,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class BenchConfig:
     src: Optional[Path] = None            # image folder; None = a synthetic sample of ``count`` images
-    formats: Sequence[str] = KNOWN
+    formats: Sequence[str] = tuple(FORMATS)
     stores: Sequence[str] = STORES
     size: Union[int, str] = 224
     batch_size: int = 64
@@ -49,6 +55,12 @@ class BenchConfig:
     count: int = 500
     pack_workers: Optional[int] = None    # None = the usable CPUs
     max_side: Optional[int] = 384         # one more encoded row packed with --max-side; None or 0: none
+    disk_budget: Optional[int] = None     # bytes a pack may take, for the recommendation; None: free space
+
+    def __post_init__(self) -> None:
+        for what, names, known in (("format", self.formats, FORMATS), ("store", self.stores, STORES)):
+            if not names or set(names) - set(known):
+                raise OptionError(f"bench {what}s {list(names)!r}: expected some of {', '.join(known)}")
 
 
 class Bench:
@@ -77,7 +89,8 @@ class Bench:
         if not max_side:
             return self.blobs
         if max_side not in self.shrunk:
-            from ..packers.records import PackOptions, load_record
+            from ..packers.options import PackOptions
+            from ..packers.records import load_record
 
             opts = PackOptions(store="encoded", max_side=max_side)
             self.shrunk[max_side] = [bytes(load_record(self.source, i, opts, []).data)
@@ -160,13 +173,18 @@ def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["targets"] = judge(result)
+    result["config"].update(_budget(cfg, work_parent))
+    result["recommendation"] = recommend(result)
     return result
 
 
+def _budget(cfg: BenchConfig, work_parent: Path) -> dict:
+    if cfg.disk_budget:
+        return {"disk_budget": cfg.disk_budget, "disk_budget_from": "--disk-budget"}
+    return {"disk_budget": shutil.disk_usage(work_parent).free, "disk_budget_from": f"free space under {work_parent}"}
+
+
 def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optional[int] = None) -> None:
-    if fmt not in FORMATS:
-        result["unavailable"][fmt] = f"format {fmt!r} is not registered (registered: {', '.join(FORMATS)})"
-        return
     try:
         result["rows"].append(bench.format_row(fmt, store, max_side))
     except Exception as e:  # one broken format must not hide the others' figures

@@ -1,16 +1,14 @@
 """Datasets, one per format, returning ``(uint8 CHW RGB tensor, int label)``.
 
-Format readers are imported on first use (through ``pixfeed.registry``), so
-reading an mmap dataset never imports lmdb, h5py or webdataset.
+The reader classes are named by ``pixfeed.registry`` and imported on first
+use, so reading an mmap dataset never imports lmdb, h5py or webdataset.
 """
+from ..registry import FORMATS
 from .base import ImageRecords, MapImageDataset
 from .open import open_dataset
 
-_READERS = {"MmapImageDataset": "mmap", "LmdbImageDataset": "lmdb", "H5ImageDataset": "hdf5",
-            "WdsImageDataset": "wds"}
-__all__ = ["H5ImageDataset", "ImageRecords", "LmdbImageDataset", "MapImageDataset", "MmapImageDataset",
-           "WdsImageDataset", "open_dataset"]
-assert sorted(__all__) == __all__ and set(_READERS) <= set(__all__)
+_READERS = {f.reader_name: name for name, f in FORMATS.items()}
+__all__ = sorted(["ImageRecords", "MapImageDataset", "open_dataset", *_READERS])
 
 
 def __getattr__(name: str):

@@ -2,12 +2,21 @@
 per-process handles, checksum checks on read, and turning stored records into
 ``(image, label)``.
 
+* ``path`` may be a URL (``s3://...``; ``storage_options=`` as in
+  pixfeed.storage): formats with ``streams`` (wds) read it directly; the
+  others are first copied to the local cache (pixfeed.cache: ``cache_dir=``,
+  ``cache_limit=``) and ``path`` is that copy.
 * Constructing a dataset reads only ``pixfeed.json``.  Data files are opened
   on first access in each process (the owning pid is kept beside the handle),
   and ``__getstate__`` drops the handle, so datasets pickle and fork safely.
 * Every record's stored bytes are checked against their xxh3_64 checksum
-  before use (``verify=False`` skips it); a mismatch raises CorruptDataError
-  naming the dataset, record index and key.
+  before use (``checksums=False`` skips it; ``verify=`` is its deprecated
+  name, which read like the ``pixfeed verify`` command); a mismatch raises
+  CorruptDataError naming the dataset, record index and key.
+* Map-style formats implement ``_open`` (the process's handle) and
+  ``read_stored`` (stored records, labels and checksums of a batch of
+  indices); ``read_checked`` is that read with the checksums checked, as
+  every read path and ``pixfeed verify`` use it (protocols: ``protocol.py``).
 * ``image`` is a uint8 CHW RGB tensor; ``size=`` and ``crop=`` ("center" or
   "random": random-resized crop + horizontal flip drawn from torch's RNG)
   give every image one shape; ``transform`` is applied last.
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import warnings
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,17 +42,26 @@ from ..checksum import record_hash
 from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
 from ..geometry import center_slices, check_crop_ratio
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
+from ..cache import stage
 from ..manifest import read_manifest
+from ..storage import Store, is_url, join, local_path
 
 
 class ImageRecords:
     """Manifest, handle management and record decoding (no torch Dataset base)."""
     format = ""
 
+    streams = False  # True: reads data files sequentially from a URL; False: stages them to the local cache
+
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
-                 verify: bool = True, exact: bool = False):
-        self.path = Path(path)
-        self.manifest = read_manifest(self.path)
+                 checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
+                 storage_options: Optional[dict] = None, cache_dir=None, cache_limit: Optional[int] = None):
+        self.manifest = read_manifest(path, storage_options)
+        self.remote = Store(path, storage_options) if is_url(path) else None
+        if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
+            self.path, self.remote = stage(path, self.manifest, storage_options, cache_dir, cache_limit), None
+        else:
+            self.path = self.remote.url if self.remote is not None else local_path(path)
         if self.manifest["format"] != self.format:
             raise DatasetError(f"{self.path}: is a {self.manifest['format']!r} dataset, not {self.format!r}; "
                                "use pixfeed.open_dataset(path) to open any format")
@@ -51,7 +69,8 @@ class ImageRecords:
             raise OptionError(f"crop {crop!r}: expected one of {', '.join(CROP_MODES)}")
         if crop == "random" and size is None:
             raise OptionError("crop='random' needs size=, the output size of the random-resized crop")
-        self.transform, self.size, self.crop, self.verify = transform, parse_size(size), crop, verify
+        self.transform, self.size, self.crop = transform, parse_size(size), crop
+        self.checksums = _checksums(checksums, verify)
         self.exact = exact  # as in decode: False = the fast path (see pixfeed.decode, rule 6)
         self.classes: Optional[List[str]] = self.manifest["classes"]
         self.store: str = self.manifest["store"]
@@ -73,33 +92,29 @@ class ImageRecords:
     def __len__(self) -> int:
         return self.manifest["count"]
 
-    @property
-    def handle(self):
-        """The format's open data handle, opened once per process."""
-        if self._pid != os.getpid():
-            self._handle = None
-            self._check_files()
-            self._handle = self._open()
-            self._pid = os.getpid()
-        return self._handle
+    def _sizes(self) -> dict:
+        """{data file: size} of the files present."""
+        if self.remote is not None:
+            return self.remote.list()
+        return {name: (self.path / name).stat().st_size for name in self.manifest["files"]
+                if (self.path / name).is_file()}
 
-    def _open(self):
-        raise NotImplementedError
-
-    def _check_files(self) -> None:
+    def check_files(self) -> None:
+        """Raise unless every data file is present at the size the manifest records."""
+        sizes = self._sizes()
         for name, meta in self.manifest["files"].items():
-            p = self.path / name
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                raise DatasetNotFoundError(f"{p}: data file missing from the {self.format} dataset {self.path}") from None
+            p, size = join(self.path, name), sizes.get(name)
+            if size is None:
+                raise DatasetNotFoundError(f"{p}: data file missing from the {self.format} dataset {self.path}")
             if size != meta["bytes"]:
                 raise CorruptDataError(f"{p}: {size} bytes, but the manifest records {meta['bytes']}; the file is "
                                        f"truncated or damaged (run 'pixfeed verify {self.path}')")
 
     def key(self, i: int) -> str:
         if self._keys is None:
-            self._keys = json.loads((self.path / self.manifest["keys_file"]).read_text(encoding="utf-8"))
+            name = self.manifest["keys_file"]
+            text = self.remote.read(name) if self.remote is not None else (self.path / name).read_bytes()
+            self._keys = json.loads(text)
         return self._keys[i]
 
     def where(self, i: int) -> str:
@@ -108,9 +123,9 @@ class ImageRecords:
         except (OSError, ValueError, IndexError):
             return f"{self.path}: record {i}"
 
-    def check(self, data, expected: int, i: int) -> None:
-        """Raise CorruptDataError unless ``data`` hashes to ``expected`` (when verify is on)."""
-        if self.verify and record_hash(data) != int(expected):
+    def check_checksum(self, data, expected: int, i: int) -> None:
+        """Raise CorruptDataError unless ``data`` hashes to ``expected`` (when ``checksums`` is on)."""
+        if self.checksums and record_hash(data) != int(expected):
             raise CorruptDataError(f"{self.where(i)}: stored bytes fail their xxh3_64 checksum (damaged data); "
                                    f"run 'pixfeed verify {self.path}'")
 
@@ -163,17 +178,38 @@ class ImageRecords:
         return tensor, int(label)
 
 
+def _checksums(checksums: bool, verify: Optional[bool]) -> bool:
+    if verify is None:
+        return checksums
+    warnings.warn("verify= is deprecated: it is named checksums= now (pixfeed verify is the command that "
+                  "checks a whole dataset)", DeprecationWarning, stacklevel=3)
+    return verify
+
+
 def _torch_rng() -> np.random.Generator:
     """A NumPy generator drawn from torch's RNG, so DataLoader worker seeding governs it."""
     return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
 
 
 class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
-    """Map-style pixfeed dataset.  Formats implement ``_open`` and ``_read``."""
+    """Map-style pixfeed dataset.  Formats implement ``_open`` and ``read_stored``."""
 
-    def _read(self, indices: np.ndarray):
-        """Return (stored records, labels, checksums) for ``indices``: one
-        transaction or slice per batch where the format allows it."""
+    @property
+    def handle(self):
+        """The format's open data handle, opened once per process."""
+        if self._pid != os.getpid():
+            self._handle = None
+            self.check_files()
+            self._handle = self._open()
+            self._pid = os.getpid()
+        return self._handle
+
+    def _open(self):
+        raise NotImplementedError
+
+    def read_stored(self, indices: np.ndarray):
+        """Return (stored records, labels, checksums) for valid ``indices``, unchecked:
+        one transaction or slice per batch where the format allows it."""
         raise NotImplementedError
 
     def _indices(self, indices: Sequence[int]) -> np.ndarray:
@@ -184,19 +220,20 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
             raise IndexError(f"{self.path}: index {bad} out of range for a dataset of {n} records")
         return np.where(idx < 0, idx + n, idx)
 
-    def _checked(self, indices: Sequence[int]):
+    def read_checked(self, indices: Sequence[int]):
+        """(indices made non-negative, stored records, labels), checksums checked."""
         idx = self._indices(indices)
-        stored, labels, checksums = self._read(idx)
+        stored, labels, checksums = self.read_stored(idx)
         for rec, expected, i in zip(stored, checksums, idx):
-            self.check(rec, expected, int(i))
+            self.check_checksum(rec, expected, int(i))
         return idx, stored, labels
 
     def __getitem__(self, i: int):
-        idx, stored, labels = self._checked([i])
+        idx, stored, labels = self.read_checked([i])
         return self.sample(stored[0], labels[0], int(idx[0]))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        idx, stored, labels = self._checked(indices)
+        idx, stored, labels = self.read_checked(indices)
         return [self.sample(s, l, int(i)) for s, l, i in zip(stored, labels, idx)]
 
     def get_batch(self, indices: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +241,7 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         shape = self.fixed_shape
         if shape is None:
             raise DatasetError(f"{self.path}: images have different sizes; pass size= to get batches")
-        idx, stored, labels = self._checked(indices)
+        idx, stored, labels = self.read_checked(indices)
         if isinstance(stored, np.ndarray) and not self.cpu_bound:
             rows, cols = self._slice_crop()
             batch = stored[:, rows, cols]

@@ -1,16 +1,15 @@
-"""Reader of the HDF5 format (layout: pixfeed.packers.hdf5)."""
+"""Reader of the HDF5 format (layout: pixfeed.layouts.hdf5)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..layouts import hdf5 as layout
 from .base import MapImageDataset
-
-DATA = "data.h5"
 
 
 class H5ImageDataset(MapImageDataset):
     """``H5ImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
-    verify=True, exact=False)``.
+    checksums=True, exact=False)``.
 
     The file is opened read-only on first access in each process (an HDF5
     handle is never used across a fork).  A dense batch (its indices span at
@@ -24,13 +23,13 @@ class H5ImageDataset(MapImageDataset):
     def _open(self) -> dict:
         import h5py
 
-        f = h5py.File(self.path / DATA, "r")
-        data = f["images" if self.store == "pixels" else "encoded"]
+        f = h5py.File(self.path / layout.DATA, "r")
+        data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
         raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
             and data.id.get_create_plist().get_nfilters() == 0
-        return {"data": data, "labels": f["labels"], "checksums": f["checksums"], "raw_chunks": raw}
+        return {"data": data, "labels": f[layout.LABELS], "checksums": f[layout.CHECKSUMS], "raw_chunks": raw}
 
-    def _read(self, indices: np.ndarray):
+    def read_stored(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of uint8 arrays."""
         h = self.handle
         lo, hi = int(indices.min()), int(indices.max()) + 1

@@ -1,4 +1,4 @@
-"""Reader of the LMDB format (layout: pixfeed.packers.lmdb, record: pixfeed.record).
+"""Reader of the LMDB format (layout: pixfeed.layouts.lmdb, record: pixfeed.record).
 
 py-lmdb refuses to open one file twice in a process, and counts environments
 inherited through fork.  So environments are shared per process by file
@@ -14,10 +14,10 @@ import weakref
 import numpy as np
 
 from ..errors import CorruptDataError
+from ..layouts.lmdb import DATA, record_key
 from ..record import Header, parse
 from .base import MapImageDataset
 
-DATA = "data.mdb"
 _ENVS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (st_dev, st_ino) -> lmdb.Environment
 _LOCK = threading.Lock()
 
@@ -48,7 +48,7 @@ os.register_at_fork(after_in_child=_close_inherited)
 
 class LmdbImageDataset(MapImageDataset):
     """``LmdbImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
-    verify=True, exact=False)``.
+    checksums=True, exact=False)``.
 
     The environment is opened read-only without a lock file on first access in
     each process; a batch of indices is read in one transaction.
@@ -58,7 +58,7 @@ class LmdbImageDataset(MapImageDataset):
     def _open(self):
         return environment(str(self.path / DATA))
 
-    def _read(self, indices: np.ndarray):
+    def read_stored(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of bytes."""
         shape = self.stored_shape  # None in encoded mode
         stored = np.empty((len(indices), *shape), np.uint8) if shape else []
@@ -76,7 +76,7 @@ class LmdbImageDataset(MapImageDataset):
 
     def _parse(self, txn, i: int):
         """Header and stored bytes of record ``i``; CorruptDataError names the index and both keys."""
-        key = b"%010d" % i
+        key = record_key(i)
         value = txn.get(key)
         try:
             if value is None:

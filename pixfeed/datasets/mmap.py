@@ -1,14 +1,15 @@
-"""Reader of the memory-mapped format (layout: pixfeed.packers.mmap)."""
+"""Reader of the memory-mapped format (layout: pixfeed.layouts.mmap)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..layouts import mmap as layout
 from .base import MapImageDataset
 
 
 class MmapImageDataset(MapImageDataset):
     """``MmapImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None,
-    verify=True, exact=False)``.
+    checksums=True, exact=False)``.
 
     A batch of indices is one gathered copy out of the memory map (pixels
     mode) or one pass over ``data.bin`` slices (encoded mode).
@@ -17,15 +18,15 @@ class MmapImageDataset(MapImageDataset):
 
     def _open(self) -> dict:
         load = lambda name: np.load(self.path / name, mmap_mode="r", allow_pickle=False)  # noqa: E731
-        arrays = {"labels": load("labels.npy"), "checksums": load("checksums.npy")}
+        arrays = {"labels": load(layout.LABELS), "checksums": load(layout.CHECKSUMS)}
         if self.store == "pixels":
-            arrays["images"] = load("images.npy")
+            arrays["images"] = load(layout.IMAGES)
         else:
-            arrays["offsets"] = load("offsets.npy")
-            arrays["data"] = np.memmap(self.path / "data.bin", dtype=np.uint8, mode="r")
+            arrays["offsets"] = load(layout.OFFSETS)
+            arrays["data"] = np.memmap(self.path / layout.DATA, dtype=np.uint8, mode="r")
         return arrays
 
-    def _read(self, indices: np.ndarray):
+    def read_stored(self, indices: np.ndarray):
         h = self.handle
         if self.store == "pixels":
             stored = _gather_rows(h["images"], indices)

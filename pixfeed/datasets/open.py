@@ -6,5 +6,6 @@ from ..registry import reader_class
 
 
 def open_dataset(path, transform=None, **kwargs):
-    """Open any pixfeed dataset; keyword arguments go to the reader (size=, crop=, verify=, ...)."""
-    return reader_class(read_manifest(path)["format"])(path, transform, **kwargs)
+    """Open any pixfeed dataset (a folder or a URL); keyword arguments go to the reader
+    (size=, crop=, checksums=, storage_options=, cache_dir=, cache_limit=, ...)."""
+    return reader_class(read_manifest(path, kwargs.get("storage_options"))["format"])(path, transform, **kwargs)

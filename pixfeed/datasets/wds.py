@@ -1,4 +1,4 @@
-"""Reader of the WebDataset format (layout: pixfeed.packers.wds), an IterableDataset.
+"""Reader of the WebDataset format (layout: pixfeed.layouts.wds), an IterableDataset.
 
 Record ``i`` is the ``i``-th sample in manifest shard order (``keys.json[i]``
 is its key).  Each epoch (``set_epoch``) is split like this:
@@ -29,10 +29,14 @@ plain attribute would not); a plain ``pickle`` copy takes the value only.
 ``rank``/``world_size`` default to torch.distributed's when it is initialised
 (else 0 and 1); ``make_loader`` sets them.  Each sample is checked: the image
 member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
-exists, its xxh3_64 matches the ``.json`` (unless ``verify=False``), the
+exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
 count.  Shards are read with webdataset's tar iterators; its decoders are never
 used, bytes become pixels only in ``pixfeed.decode``.
+
+A URL dataset (``s3://...``) is streamed: each shard is read front to back
+through one fsspec file (sequential GETs, an 8 MiB read-ahead buffer), never
+copied whole; a read failure is a StorageError naming the shard's URL.
 """
 from __future__ import annotations
 
@@ -50,8 +54,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
-from ..errors import CorruptDataError, DatasetError, OptionError
-from ..loaders.world import World
+from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
+from ..layouts.wds import META_EXTENSION, image_extensions
+from ..storage import join, mask
+from ..world import World
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
@@ -59,11 +65,12 @@ _WARNED: set = set()
 
 
 class WdsImageDataset(ImageRecords, IterableDataset):
-    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None, verify=True,
+    """``WdsImageDataset(path, transform=None, *, size=None, crop="center", crop_ratio=None, checksums=True,
     exact=False, shuffle=True, buffer=1000, seed=0, rank=None, world_size=None)``; yields ``(image, label)``.
 
-    ``size``, ``crop``, ``verify`` and any other option go to ImageRecords."""
+    ``size``, ``crop``, ``checksums`` and any other option go to ImageRecords."""
     format = "wds"
+    streams = True
     epoch_in_shared_memory = True  # persistent workers see set_epoch (pixfeed.loaders.plan)
 
     def __init__(self, path, transform=None, *, shuffle: bool = True, buffer: int = 1000, seed: int = 0,
@@ -91,15 +98,19 @@ class WdsImageDataset(ImageRecords, IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
 
-    def _open(self) -> list:
-        return [self.path / s["name"] for s in self.shards]
+    def shard_paths(self) -> list:
+        """The shards' paths (or URLs), in manifest order; checks their presence and size once per process."""
+        if self._pid != os.getpid():
+            self.check_files()
+            self._pid = os.getpid()
+        return [join(self.path, s["name"]) for s in self.shards]
 
     def where(self, i: int) -> str:
         shard = self.shards[int(np.searchsorted(self._starts, i, side="right")) - 1]
         return f"{super().where(i)} in shard {shard['name']}"
 
     def __iter__(self) -> Iterator:
-        paths = self.handle  # checks every shard's presence and size, once per process
+        paths = self.shard_paths()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
@@ -140,40 +151,51 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
         m = 0
-        for s, first, stop in pieces:
-            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"])):
+        for (s, first, stop), stream in zip(pieces, self._streams(paths, [s for s, _, _ in pieces])):
+            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"], stream)):
                 if j >= first:
                     if m % stride == offset:
                         yield s, int(self._starts[s]) + j, sample
                     m += 1
 
-    @staticmethod
-    def _shard(path, stop: int, count: int) -> Iterator[dict]:
+    def _streams(self, paths: list, shards: List[int]) -> Iterator:
+        """The shards' files in reading order: local files, or from a URL sequential GETs with
+        read-ahead, the next shard opened and its first block fetched while this one is read."""
+        if self.remote is None:
+            return (open(paths[s], "rb") for s in shards)
+        return self.remote.open_ahead([self.shards[s]["name"] for s in shards])
+
+    def _shard(self, path, stop: int, count: int, stream) -> Iterator[dict]:
         """The first ``stop`` samples of a shard as webdataset dicts; damage names the shard and key."""
         n, key = 0, None
         try:
-            with open(path, "rb") as f:
+            with stream as f:
                 for sample in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])):
                     key = sample["__key__"]
                     yield sample
                     n += 1
                     if n == stop:
                         return
+        except PixfeedError:
+            raise
         except (tarfile.TarError, OSError, ValueError) as e:
+            if self.remote is not None and not isinstance(e, (tarfile.TarError, ValueError)):
+                raise StorageError(f"{path}: read failed after member key {key!r} "
+                                   f"({type(e).__name__}: {mask(str(e), self.remote.options)})") from None
             raise CorruptDataError(f"{path}: damaged tar after member key {key!r} "
                                    f"({e.args[0] if e.args else type(e).__name__})") from None
         raise CorruptDataError(f"{path}: ends after {n} samples (last member key {key!r}), but the manifest "
                                f"records {count}; the shard is truncated or damaged")
 
     def _decode(self, s: int, i: int, sample: dict):
-        where = f"{self.path / self.shards[s]['name']}: member key {sample['__key__']!r} (record {i})"
-        exts = ("npy",) if self.store == "pixels" else ("jpg", "png")
+        where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
+        exts = image_extensions(self.store)
         data = next((sample[e] for e in exts if e in sample), None)
         if data is None:
             found = sorted(k for k in sample if not k.startswith("__"))
             raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
         expected, label = _meta(sample, where, i)
-        self.check(data, expected, i)
+        self.check_checksum(data, expected, i)
         return self.sample(self._array(data, where) if self.store == "pixels" else data, label, i)
 
     def _array(self, data: bytes, where: str) -> np.ndarray:
@@ -190,7 +212,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
     """(checksum, label) from the ``.json`` member, whose index must be ``i``."""
     try:
-        meta = json.loads(sample["json"])
+        meta = json.loads(sample[META_EXTENSION])
         expected, label, index = int(meta["xxh3_64"], 16), int(meta["label"]), meta["index"]
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptDataError(f"{where}: missing or damaged .json member ({type(e).__name__}: {e})") from None

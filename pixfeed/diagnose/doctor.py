@@ -3,7 +3,8 @@
 ``diagnose`` runs every check and returns a list of ``Finding``; ``render``
 prints them as a table.  Paths are arguments so tests can use fake cgroup
 files and a fake shared-memory directory.  The shared-memory need assumes the
-loader ``make_loader`` would build: ``plan.default_workers`` workers, 2
+loader ``make_loader`` would build: none for a dataset of stored pixels (read
+in process), else ``plan.default_workers`` workers, 2
 batches ready per worker (torch's default prefetch), ``batch_bytes`` each.
 """
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
+from pixfeed import _jpeghead
 from pixfeed.diagnose import devices, storage, system
-from pixfeed.bench.report import table
-from pixfeed.diagnose.finding import Finding
-from pixfeed.loaders.cpus import available_cpus
+from pixfeed.texttable import table
+from pixfeed.diagnose.finding import INFO, OK, Finding, size
+from pixfeed.cpus import available_cpus
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
 
@@ -24,19 +26,33 @@ PREFETCH = 2
 
 def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BYTES, workers: Optional[int] = None,
              cgroup_root: Optional[Path] = None, meminfo: Path = system.MEMINFO, shm_dir: str = SHM_DIR,
-             read_limit: int = storage.READ_LIMIT) -> List[Finding]:
-    """Every check; the storage check only when ``path`` is given."""
+             read_limit: int = storage.READ_LIMIT, store: Optional[str] = None) -> List[Finding]:
+    """Every check; the storage check only when ``path`` is given; ``store``: the dataset's, if one."""
     if workers is None:
         workers = default_workers(available_cpus(cgroup_root))
     findings = [
         system.check_cpus(cgroup_root),
         system.check_memory(cgroup_root, meminfo),
-        system.check_shm(system.shm_need(batch_bytes, workers, PREFETCH), shm_dir),
+        system.check_shm(system.shm_need(batch_bytes, workers, PREFETCH), shm_dir,
+                         f"{workers} workers x {PREFETCH} ready batches of {size(batch_bytes)}"),
+        check_decode(store),
         devices.check_torch(),
         devices.check_bandwidth(batch_bytes),
         storage.check_storage(Path(path), read_limit) if path is not None else None,
     ]
     return [f for f in findings if f is not None]
+
+
+def check_decode(store: Optional[str] = None) -> Finding:
+    """Is the fast JPEG decode (simplejpeg) installed?  Only encoded images need it."""
+    lib = _jpeghead.simplejpeg
+    if lib is not None:
+        return Finding("fast decode", f"simplejpeg {getattr(lib, '__version__', '')} (libjpeg-turbo)".replace("  ", " "),
+                       "in use for encoded JPEGs by default (exact=True gives Pillow's pixels)", OK)
+    if store == "pixels":
+        return Finding("fast decode", "simplejpeg not installed", "not needed: this dataset stores pixels", OK)
+    return Finding("fast decode", "simplejpeg not installed", "pip install 'pixfeed[fast]': JPEG decode by "
+                   "libjpeg-turbo, about 1.3x faster reads of encoded images", INFO)
 
 
 def render(findings: List[Finding]) -> str:

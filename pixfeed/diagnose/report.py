@@ -8,26 +8,23 @@
   that ``stages.sample_stages`` measured (just "wait" when it was not run).
 * a copy to the device above ``SLOW_COPY`` (10 ms) per batch is flagged with
   the pinned-memory advice whatever the verdict.
+* the advice for each stage comes from ``advice.py``, given what the loader
+  already uses (``InUse``), so it never recommends what is already on.
+* no measured batch, no verdict: ``bound`` is "unmeasured" and the report says
+  there was nothing to measure.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
 
-from pixfeed.bench.report import table
+from pixfeed.texttable import table
+from pixfeed.diagnose.advice import InUse, for_copy, for_stage
+from pixfeed.words import plural
 
 INPUT_BOUND = 0.10
 SLOW_COPY = 0.010
-PINNED = ("copy to the device takes {ms:.0f} ms per batch: use pin_memory=True and non_blocking copies, "
-          "and overlap them with compute (make_loader pins on CUDA; pixfeed.DevicePrefetcher overlaps)")
-ADVICE = {
-    "read": "reading dominates: faster storage (see 'pixfeed doctor PATH'), a pixels-mode pack, or more workers",
-    "decode": "decoding dominates: pack in pixels mode at the training size, install pixfeed[fast], or more workers",
-    "transform": "the transform dominates: move augmentation to the GPU after the copy, or more workers",
-    "collate": "collate dominates: fixed-size images let make_loader read whole batches without stacking samples",
-    "other": "the dataset's own code dominates: profile its __getitem__, or use more workers",
-    "wait": "the loop waits for data: more workers (num_workers='tune' measures how many) or a faster format",
-}
+UNMEASURED = "unmeasured"
 
 
 @dataclass
@@ -42,6 +39,8 @@ class Step:
 class StallReport:
     steps: List[Step]
     stages: Dict[str, float] = field(default_factory=dict)
+    in_use: InUse = field(default_factory=InUse)
+    epochs: Optional[int] = None  # epochs the measured batches came from, when known
 
     def total(self, part: str) -> float:
         return sum(getattr(s, part) for s in self.steps)
@@ -60,6 +59,8 @@ class StallReport:
 
     @property
     def bound(self) -> str:
+        if not self.steps:
+            return UNMEASURED
         return "input-bound" if self.stall_fraction >= INPUT_BOUND else "compute-bound"
 
     def per_batch(self) -> Dict[str, float]:
@@ -76,25 +77,34 @@ class StallReport:
         return max(times, key=times.__getitem__)
 
     def advice(self) -> List[str]:
-        notes = []
-        if self.bound == "input-bound":
-            notes.append(ADVICE.get(self.dominant, PINNED.format(ms=self.per_batch()["transfer"] * 1000)))
+        if not self.steps:
+            return []
+        transfer_ms = self.per_batch()["transfer"] * 1000
+        if self.bound == "compute-bound":
+            notes = ["compute-bound: faster data will not speed this loop up; the step is the place to work"]
+        elif self.dominant == "transfer":
+            return [for_copy(transfer_ms, self.in_use)]
         else:
-            notes.append("compute-bound: faster data will not speed this loop up; the step is the place to work")
-        transfer = self.per_batch()["transfer"]
-        if transfer > SLOW_COPY and self.dominant != "transfer":
-            notes.append(PINNED.format(ms=transfer * 1000))
+            notes = [for_stage(self.dominant, self.in_use)]
+        if transfer_ms > SLOW_COPY * 1000:
+            notes.append(for_copy(transfer_ms, self.in_use))
         return notes
 
     @property
     def verdict(self) -> str:
+        if not self.steps:
+            return "no verdict: no batch was measured (the loader gave none after the warm-up)"
+        over = "" if self.epochs is None else f" over {plural(self.epochs, 'epoch')}"
         return (f"{self.bound}: waiting for data {self.stall_fraction:.0%} of the time, "
-                f"{self.images_per_s:.0f} images/s; {self.dominant} dominates the data side")
+                f"{self.images_per_s:.0f} images/s in {plural(len(self.steps), 'measured batch', 'measured batches')}"
+                f"{over}; "
+                f"{self.dominant} dominates the data side")
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"steps": len(self.steps), "images": self.total("images"), "wall_s": self.wall_s,
+        return {"steps": len(self.steps), "epochs": self.epochs, "images": self.total("images"), "wall_s": self.wall_s,
                 "stall_fraction": self.stall_fraction, "images_per_s": self.images_per_s, "bound": self.bound,
-                "dominant": self.dominant, "ms_per_batch": {k: v * 1000 for k, v in self.per_batch().items()},
+                "dominant": self.dominant if self.steps else None, "in_use": asdict(self.in_use),
+                "ms_per_batch": {k: v * 1000 for k, v in self.per_batch().items()},
                 "stage_ms_sampled": {k: v * 1000 for k, v in self.stages.items()}, "advice": self.advice()}
 
     def __str__(self) -> str:
@@ -102,4 +112,6 @@ class StallReport:
                  f"{self.stages[part] * 1000:.2f}" if part in self.stages else ""]
                 for part, seconds in self.per_batch().items()]
         head = ("per batch", "ms in loop", "ms sampled in process")
+        if not self.steps:
+            return self.verdict
         return "\n".join([self.verdict, *table(head, rows), *(f"-> {a}" for a in self.advice())])

@@ -5,7 +5,7 @@ split that wait, ``sample_stages`` reads a few of the loader's own batches (the
 same indices, dataset and collate function) in the calling process, with a
 timer around each stage hook of the dataset:
 
-* read: ``_read`` and ``check`` (fetching stored bytes, checksum included),
+* read: ``read_stored`` and ``check_checksum`` (fetching stored bytes, checksum included),
 * decode: ``pixels`` (decode, crop and resize to the requested size),
 * transform: the dataset's ``transform``,
 * collate: the loader's ``collate_fn``; on the batch path (``get_batch``) the
@@ -13,7 +13,8 @@ timer around each stage hook of the dataset:
 * other: the rest of the per-sample calls (the whole ``__getitem__`` for a
   dataset without pixfeed's hooks).
 
-Workers run the same code, so the shares carry over to them, while absolute
+An iterable dataset (WebDataset) is read the same way, its next samples in
+this process, with its shuffle buffer off on the copy.  Workers run the same code, so the shares carry over to them, while absolute
 times differ (workers run in parallel and compete for CPUs): the profiler
 splits the measured wait by these shares.  The hooks are wrapped on a shallow
 copy of the dataset, and the process's RNGs are restored afterwards.
@@ -23,15 +24,16 @@ from __future__ import annotations
 import copy
 import time
 from itertools import islice
-from typing import Any, Callable, Dict
+from functools import partial
+from typing import Any, Callable, Dict, Iterator
 
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from pixfeed.loaders.batch import BatchReader
 from pixfeed.loaders.seeding import preserved_rngs
 
 STAGES = ("read", "decode", "transform", "collate", "other")
-HOOKS = {"_read": "read", "check": "read", "pixels": "decode", "transform": "transform"}
+HOOKS = {"read_stored": "read", "check_checksum": "read", "pixels": "decode", "transform": "transform"}
 
 
 def _timed(fn: Callable[..., Any], stage: str, seconds: Dict[str, float]) -> Callable[..., Any]:
@@ -62,19 +64,33 @@ def _fetch(dataset: Any, indices: list, batched: bool) -> Any:
     return [dataset[i] for i in indices]
 
 
+def _fetches(loader: DataLoader, probe: Any, batched: bool, batches: int) -> Iterator[Callable[[], Any]]:
+    """One call per sampled batch that reads it from ``probe``: by the loader's batch sampler, or for an
+    iterable dataset the next ``batch_size`` samples."""
+    if isinstance(probe, IterableDataset):
+        samples = iter(probe)
+        return (lambda: list(islice(samples, loader.batch_size or 1)) for _ in range(batches))
+    return (partial(_fetch, probe, list(indices), batched)
+            for indices in islice(iter(loader.batch_sampler), batches))
+
+
 def sample_stages(loader: Any, batches: int = 2) -> Dict[str, float]:
     """Seconds per batch in each of STAGES, from ``batches`` of the loader's batches read here;
-    {} unless ``loader`` is a DataLoader with a batch sampler."""
-    if not isinstance(loader, DataLoader) or loader.batch_sampler is None or batches < 1:
+    {} unless ``loader`` is a DataLoader."""
+    if not isinstance(loader, DataLoader) or batches < 1:
         return {}
     batched = isinstance(loader.dataset, BatchReader)
     seconds = dict.fromkeys(STAGES, 0.0)
     probe = instrumented(loader.dataset.dataset if batched else loader.dataset, seconds)
+    if getattr(probe, "buffer", 0):  # a shuffle buffer reads far ahead of the samples timed here
+        probe.buffer = 0
     count = 0
     with preserved_rngs():
-        for indices in islice(iter(loader.batch_sampler), batches):
+        for fetch in _fetches(loader, probe, batched, batches):
             hooked, start = sum(seconds.values()), time.perf_counter()
-            samples = _fetch(probe, list(indices), batched)
+            samples = fetch()
+            if not len(samples):
+                break
             middle = time.perf_counter()
             loader.collate_fn(samples)
             seconds["collate" if batched else "other"] += middle - start - (sum(seconds.values()) - hooked)

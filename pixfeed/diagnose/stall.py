@@ -22,19 +22,16 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional
 
 import torch
 
+from pixfeed.diagnose.advice import InUse
 from pixfeed.diagnose.report import StallReport, Step
 from pixfeed.diagnose.stages import sample_stages
-from pixfeed.errors import OptionError
+from pixfeed.errors import require_int
+from pixfeed.loaders.collate import batch_images
 
 
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def batch_images(batch: Any) -> int:
-    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
-    return len(first) if hasattr(first, "__len__") else 1
 
 
 def _move(batch: Any, device: Any) -> Any:
@@ -43,12 +40,6 @@ def _move(batch: Any, device: Any) -> Any:
     if isinstance(batch, (tuple, list)):
         return type(batch)(_move(item, device) for item in batch)
     return batch
-
-
-def check_count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
 
 
 class StallMeter:
@@ -60,6 +51,7 @@ class StallMeter:
     def __init__(self, warmup: int = 0) -> None:
         self.warmup = warmup
         self.steps: List[Step] = []
+        self.loader: Any = None
         self._open: Optional[Step] = None
         self._began = 0.0
 
@@ -71,6 +63,7 @@ class StallMeter:
 
     def iter(self, loader: Iterable[Any]) -> Iterator[Any]:
         """Yield ``loader``'s batches, timing how long each one kept the loop waiting."""
+        self.loader = loader if self.loader is None else self.loader
         batches = iter(loader)
         while True:
             self._close()
@@ -100,27 +93,50 @@ class StallMeter:
         step.compute = time.perf_counter() - self._began - step.transfer
         self.steps.append(step)
 
-    def report(self, stages: Optional[dict] = None) -> StallReport:
-        """The verdict over the batches after warm-up; ``stages`` from ``stages.sample_stages``."""
-        return StallReport(self.steps[self.warmup:], stages or {})
+    def report(self, stages: Optional[dict] = None, epochs: Optional[int] = None) -> StallReport:
+        """The verdict over the batches after warm-up; ``stages`` from ``stages.sample_stages``; the
+        advice knows what the first loader given to ``iter`` already uses."""
+        return StallReport(self.steps[self.warmup:], stages or {}, InUse.of(self.loader), epochs)
+
+
+class Epochs:
+    """``count`` batches of ``loader``, starting new epochs as needed (a small dataset gives one
+    batch an epoch); fewer only when an epoch gives none.  ``epochs`` counts the epochs begun."""
+
+    def __init__(self, loader: Iterable[Any], count: int) -> None:
+        self.loader, self.count, self.epochs = loader, count, 0
+
+    def __iter__(self) -> Iterator[Any]:
+        left = self.count
+        while left > 0:
+            self.epochs += 1
+            before = left
+            for batch in islice(self.loader, left):
+                left -= 1
+                yield batch
+            if left == before:
+                return
 
 
 def profile_loader(loader: Iterable[Any], steps: int = 50, step_fn: Optional[Callable[[Any], Any]] = None, *,
                    device: Any = "auto", warmup: int = 1, stage_batches: int = 2) -> StallReport:
-    """Run ``warmup + steps`` batches of ``loader`` through ``step_fn`` and report the stalls.
+    """Run ``warmup + steps`` batches of ``loader`` through ``step_fn`` and report the stalls, over as
+    many epochs as that takes (an empty loader: a report that says nothing was measured).
 
     ``device="auto"`` copies batches to CUDA when it is available (None: no copy);
     ``stage_batches`` batches are then read in this process to split the wait by stage.
     """
-    check_count("steps", steps, 1)
-    check_count("warmup", warmup, 0)
-    check_count("stage_batches", stage_batches, 0)
+    require_int("steps", steps, 1)
+    require_int("warmup", warmup, 0)
+    require_int("stage_batches", stage_batches, 0)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else None
+    batches = Epochs(loader, warmup + steps)
     with StallMeter(warmup=warmup) as meter:
-        for batch in islice(meter.iter(loader), warmup + steps):
+        meter.loader = loader
+        for batch in meter.iter(batches):
             if device is not None:
                 batch = meter.to_device(batch, device)
             if step_fn is not None:
                 step_fn(batch)
-    return meter.report(sample_stages(loader, stage_batches))
+    return meter.report(sample_stages(loader, stage_batches), batches.epochs)

@@ -2,7 +2,7 @@
 
 The files are a pixfeed dataset's data files (from its manifest) or, for any
 other folder, every file below it; the first of them, up to ``limit`` bytes,
-are read in order twice with ``pixfeed.bench.pagecache.read_rate``:
+are read in order twice with ``pixfeed.pagecache.read_rate``:
 
 * cold: the files are first evicted from the page cache (``fsync`` +
   ``posix_fadvise(POSIX_FADV_DONTNEED)``).  The kernel may keep pages (tmpfs,
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from pixfeed.bench.pagecache import read_rate
+from pixfeed.pagecache import read_rate
 from pixfeed.diagnose.finding import OK, WARN, Finding, size
 from pixfeed.errors import PixfeedError
 from pixfeed.manifest import read_manifest
@@ -67,7 +67,8 @@ def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Opt
     notes = []
     slow = rate < SLOW and nbytes >= ENOUGH
     if slow:
-        notes.append("slow storage: copy the dataset to local NVMe or RAM, or pack it into few large files")
+        notes.append("slow storage: copy the dataset to local NVMe or RAM" +
+                     ("" if per_record else ", or pack it into a few large files (pixfeed pack)"))
     elif nbytes < ENOUGH:
         notes.append(f"only {size(nbytes)} to read: too little to judge the storage")
     if per_record:

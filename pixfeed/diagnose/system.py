@@ -3,7 +3,7 @@
 Every probe takes the paths it reads (cgroup root, ``/proc/meminfo``, the
 shared-memory directory) so that tests can point it at fake files.
 
-* CPUs: ``loaders.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
+* CPUs: ``pixfeed.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
 * Memory: the cgroup limit (v2 ``memory.max``, v1 ``memory/memory.limit_in_bytes``;
   v1 reports "no limit" as a huge number) and what is free: ``MemAvailable``,
   or less when the cgroup's limit minus its usage is smaller.
@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Dict, Optional
 
+from pixfeed import cpus
+from pixfeed.cpus import CGROUP_ROOT, read_setting
 from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
-from pixfeed.loaders import cpus
-from pixfeed.loaders.cpus import CGROUP_ROOT, _read
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR, SHM_FRACTION
 
@@ -29,19 +29,27 @@ NO_LIMIT = 2**60  # cgroup v1 says "unlimited" with PAGE_COUNTER_MAX, about 2**6
 LOW_MEMORY = 2 * 2**30
 
 
+def _workers_advice(usable: int) -> str:
+    """make_loader's worker rule for ``usable`` CPUs, in words a user acts on."""
+    if usable < 2:
+        return ("read in the training process (num_workers=0, what make_loader picks): worker "
+                "processes would take turns with training on the one CPU")
+    return f"at most {default_workers(usable)} loader workers (make_loader's rule)"
+
+
 def check_cpus(root: Optional[Path] = None) -> Finding:
     host, affinity, quota = os.cpu_count() or 1, cpus.affinity_cpus(), cpus.cgroup_cpu_limit(root)
     usable = cpus.available_cpus(root)
     value = f"{usable} usable of {host} (affinity {affinity}, cgroup quota {'none' if quota is None else f'{quota:g}'})"
     data = {"os_cpu_count": host, "affinity": affinity, "cgroup_quota": quota, "usable": usable}
     if usable < host:
-        return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: num_workers <= "
-                       f"{default_workers(usable)} (make_loader does this)", WARN, data)
-    return Finding("cpus", value, f"num_workers up to {default_workers(usable)} (make_loader's rule)", OK, data)
+        return Finding("cpus", value, f"size worker pools by {usable}, not os.cpu_count()={host}: "
+                       f"{_workers_advice(usable)}", WARN, data)
+    return Finding("cpus", value, _workers_advice(usable), OK, data)
 
 
 def _cgroup_bytes(root: Path, v2: str, v1: str) -> Optional[int]:
-    for text in (_read(root / v2), _read(root / "memory" / v1), _read(root / v1)):
+    for text in (read_setting(root / v2), read_setting(root / "memory" / v1), read_setting(root / v1)):
         if text is not None:
             return int(text) if text.isdigit() and int(text) < NO_LIMIT else None
     return None
@@ -57,7 +65,7 @@ def cgroup_memory(root: Optional[Path] = None) -> Dict[str, Optional[int]]:
 def meminfo(path: Path = MEMINFO) -> Dict[str, int]:
     """/proc/meminfo fields in bytes."""
     fields = {}
-    for line in (_read(path) or "").splitlines():
+    for line in (read_setting(path) or "").splitlines():
         name, _, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():
@@ -89,14 +97,18 @@ def shm_need(batch_bytes: int, workers: int, prefetch: int) -> int:
     return batch_bytes * workers * prefetch
 
 
-def check_shm(need: int, path: str = SHM_DIR) -> Finding:
+def check_shm(need: int, path: str = SHM_DIR, loader: str = "a loader") -> Finding:
+    """``need`` bytes of batches in flight against ``path``'s free space; ``loader`` says whose, in words."""
     try:
         st = os.statvfs(path)
     except OSError:
         return Finding("shared memory", f"{path}: absent", "workers hand batches over another way here", INFO)
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    value = f"{path}: {size(total)}, {size(free)} free; a loader needs {size(need)}"
+    value = f"{path}: {size(total)}, {size(free)} free; {loader} need {size(need)}"
     data = {"path": path, "total": total, "free": free, "need": need}
+    if not need:
+        return Finding("shared memory", f"{path}: {size(total)}, {size(free)} free", "no loader workers here: "
+                       "batches do not pass through shared memory", OK, data)
     if need <= free * SHM_FRACTION:
         return Finding("shared memory", value, f"fits in {SHM_FRACTION:.0%} of the free space", OK, data)
     gib = math.ceil((need / SHM_FRACTION + total - free) / 2**30)

@@ -1,7 +1,8 @@
 """Tuned DataLoaders and the hand-off to the GPU.
 
-Names are imported on first use, so ``pixfeed.loaders.cpus`` (which the
-packers use) does not import torch.
+Names are imported on first use, so ``import pixfeed.loaders`` does not
+import torch.  ``available_cpus`` lives in the core (``pixfeed.cpus``, which the
+packers use too) and is re-exported here.
 """
 import importlib
 
@@ -9,7 +10,7 @@ _EXPORTS = {
     "DevicePrefetcher": "pixfeed.loaders.prefetch",
     "LoaderPlan": "pixfeed.loaders.plan",
     "PixfeedLoader": "pixfeed.loaders.loader",
-    "available_cpus": "pixfeed.loaders.cpus",
+    "available_cpus": "pixfeed.cpus",
     "make_loader": "pixfeed.loaders.loader",
 }
 __all__ = ["DevicePrefetcher", "LoaderPlan", "PixfeedLoader", "available_cpus", "make_loader"]

@@ -25,11 +25,13 @@ from typing import Any, Iterator, List, Tuple
 import torch
 from torch.utils.data import Dataset
 
+from pixfeed.datasets.protocol import BatchDataset
+
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
 def supports_batches(dataset: Any) -> bool:
-    return callable(getattr(dataset, "get_batch", None)) and getattr(dataset, "fixed_shape", None) is not None
+    return isinstance(dataset, BatchDataset) and dataset.fixed_shape is not None
 
 
 class BatchReader(Dataset):

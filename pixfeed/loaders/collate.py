@@ -38,3 +38,9 @@ def collate(batch: Sequence[Any]) -> Any:
         if all(_hwc_view(x) and x.shape == images[0].shape for x in images):
             return [_stack_hwc(images), default_collate([sample[1] for sample in batch])]
     return default_collate(batch)
+
+
+def batch_images(batch: Any) -> int:
+    """Images in a batch: the length of its first element (the images of an (images, labels) pair)."""
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    return len(first) if hasattr(first, "__len__") else 1

@@ -27,16 +27,16 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
+from pixfeed.cpus import available_cpus
+from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders import plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
 from pixfeed.loaders.collate import collate
-from pixfeed.loaders.cpus import available_cpus
-from pixfeed.loaders.plan import Auto, LoaderPlan, check_int
+from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.seeding import WorkerSeeder
 from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
-from pixfeed.loaders.world import Distributed, World
-from pixfeed.errors import OptionError
+from pixfeed.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
@@ -49,7 +49,7 @@ class PixfeedLoader(DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (to resume training)."""
-        self.epoch = check_int("epoch", epoch, 0)
+        self.epoch = require_int("epoch", epoch, 0)
 
     def __iter__(self) -> Iterator[Any]:
         dataset = self.dataset.dataset if isinstance(self.dataset, BatchReader) else self.dataset
@@ -82,15 +82,15 @@ def make_loader(
     (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
     any other iterable dataset refuses them.
 
-    ``num_workers="tune"`` measures candidate settings first (``pixfeed.diagnose.autotune``)."""
+    ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
     if num_workers == "tune":
-        from pixfeed.diagnose.autotune import tuned_loader
+        from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
                             read_ahead=read_ahead, seed=seed, distributed=distributed)
-    check_int("batch_size", batch_size, 1)
+    require_int("batch_size", batch_size, 1)
     if seed is not None:
-        check_int("seed", seed, 0)
+        require_int("seed", seed, 0)
     _check_batchable(dataset, batch_size)
     world = World.detect(distributed)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,

@@ -38,9 +38,10 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch.utils.data import IterableDataset
 
-from pixfeed.errors import OptionError
+from pixfeed.datasets.protocol import epoch_needs_fresh_workers, reads_in_process
+from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.batch import supports_batches
-from pixfeed.loaders.world import World
+from pixfeed.world import World
 
 Auto = Union[str, int, bool, None]
 Choice = Tuple[Any, str]
@@ -73,12 +74,6 @@ class LoaderPlan:
         return "\n".join([head, *rows])
 
 
-def check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise OptionError(f"{name} must be 'auto' or an integer >= {minimum}, not {value!r}")
-    return value
-
-
 def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise OptionError(f"{name} must be 'auto', True or False, not {value!r}")
@@ -100,14 +95,14 @@ def default_workers(cpus: int) -> int:
 
 def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int]) -> Choice:
     if requested != "auto":
-        return check_int("num_workers", requested, 0), CALLER
-    if path in ("batch", "iterable") and not getattr(dataset, "cpu_bound", True):
+        return require_int("num_workers", requested, 0, auto=True), CALLER
+    if path in ("batch", "iterable") and reads_in_process(dataset):
         return 0, "stored pixels, no decoding: cheaper in process than through shared memory"
     if cpus < 2:
         return 0, "1 usable CPU: workers would compete with training"
     wanted = default_workers(cpus)
     if batches is not None and batches < wanted:
-        return batches, f"{cpus} usable CPUs but only {batches} batches per epoch"
+        return batches, f"{cpus} usable CPUs but only {batches} batch{'es' * (batches != 1)} per epoch"
     if cpus == 2:
         return 2, "2 usable CPUs: one core left idle would cost half the decode rate"
     return wanted, f"{cpus} usable CPUs, one kept for the training process"
@@ -131,8 +126,7 @@ def choose_persistent(requested: Auto, workers: int, dataset: Any) -> Choice:
         if check_bool("persistent_workers", requested) and workers == 0:
             raise OptionError("persistent_workers=True needs num_workers > 0; use persistent_workers='auto'")
         return requested, CALLER
-    if workers and callable(getattr(dataset, "set_epoch", None)) and not getattr(dataset, "epoch_in_shared_memory",
-                                                                                  False):
+    if workers and epoch_needs_fresh_workers(dataset):
         return False, "fresh workers each epoch so they see the dataset's set_epoch"
     return workers > 0, "keep workers between epochs" if workers else "no workers"
 
@@ -141,7 +135,7 @@ def choose_prefetch(requested: Auto, workers: int, batch_bytes: Optional[int]) -
     if requested != "auto":
         if workers == 0:
             raise OptionError("prefetch_factor needs num_workers > 0; use prefetch_factor='auto'")
-        return check_int("prefetch_factor", requested, 1), CALLER
+        return require_int("prefetch_factor", requested, 1, auto=True), CALLER
     if workers == 0:
         return None, "no workers"
     if batch_bytes is None:

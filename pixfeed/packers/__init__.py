@@ -1,6 +1,7 @@
 """Packers: turn an image folder into a packed dataset (see pipeline.pack)."""
 from .pipeline import pack
-from .records import PackOptions, Record
+from .options import PackOptions
+from .records import Record
 from .writer import Writer
 
 __all__ = ["PackOptions", "Record", "Writer", "pack"]

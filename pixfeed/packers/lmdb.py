@@ -1,28 +1,8 @@
-"""Writer of the LMDB format.
+"""Writer of the LMDB format (layout: ``pixfeed.layouts.lmdb``).
 
-Layout: one LMDB environment in a single file (opened with ``subdir=False``,
-no lock file)::
-
-    data.mdb      key b"%010d" % i (10 ASCII digits, record index, sorts in order)
-                  value = 40-byte record header + stored bytes (pixfeed.record):
-                    "<4sBBHqQIIQ": magic b"PXFR", version 1, kind (0 raw, 1 jpeg,
-                    2 png), reserved 0, label int64, xxh3_64 uint64 of the stored
-                    bytes, height uint32, width uint32, length uint64
-                  stored bytes: raw = H x W x 3 uint8 RGB; jpeg/png = the file
-                  key b"__pixfeed__" = JSON {"format", "count", "store", "classes",
-                    "record_header"} for plain-lmdb users (it sorts after the records)
-    keys.json, pixfeed.json
-
-Reading one record with plain lmdb::
-
-    env = lmdb.open("DST/data.mdb", subdir=False, readonly=True, lock=False)
-    value = env.begin().get(b"%010d" % i)
-    magic, ver, kind, _, label, xxh, h, w, n = struct.unpack_from("<4sBBHqQIIQ", value)
-    data = value[40:40 + n]
-
-Workers decode and stage records as the mmap format does, and the main
+Workers decode and stage records (``pixfeed.packers.staging``), and the main
 process streams each finished task into LMDB in task order while the others
-run (see ``pixfeed.packers.staging``), in transactions of about 8 MiB (small
+run, in transactions of about 8 MiB (small
 enough to commit while the workers run).  The map starts at an estimate of the
 stored bytes of every source image (plus one page per record) and doubles on
 MapFullError, retrying the transaction; without ``writemap`` the file only
@@ -42,21 +22,16 @@ import lmdb
 import numpy as np
 
 from ..decode import sniff
+from ..layouts.lmdb import DATA, META_FORMAT, META_KEY, record_key
 from ..record import HEADER, pack_header
 from ..source import Source
-from .records import PackOptions
+from .options import PackOptions
+from .staging import StagedWriter
 from .writer import TaskResult
-from .staging import StagingWriter
 
 log = logging.getLogger(__name__)
-DATA = "data.mdb"
-META_KEY = b"__pixfeed__"
 _TXN_BYTES = 8 << 20
 _PAGE = 4096
-
-
-def record_key(i: int) -> bytes:
-    return b"%010d" % i
 
 
 def initial_map_size(count: int, stored_bytes: int) -> int:
@@ -64,8 +39,8 @@ def initial_map_size(count: int, stored_bytes: int) -> int:
     return stored_bytes + count * (HEADER.size + _PAGE) + (8 << 20)
 
 
-class LmdbWriter(StagingWriter):
-    format = "lmdb"
+class LmdbWriter(StagedWriter):
+    """Stages records, then commits them into data.mdb (one writer) in task order."""
 
     def __init__(self, root: Path, source: Source, opts: PackOptions) -> None:
         super().__init__(root, source, opts)
@@ -114,13 +89,13 @@ class LmdbWriter(StagingWriter):
 
     def _items(self, first: int, result: TaskResult) -> Iterator[Tuple[bytes, bytes]]:
         labels = self.source.labels[result.kept]
-        for j, data in enumerate(self.staged_records(result)):
+        for j, data in enumerate(self.staging.records(result)):
             kind = "raw" if self.opts.store == "pixels" else sniff(data).lower()
             header = pack_header(kind, int(labels[j]), result.checksums[j], result.shapes[j], memoryview(data).nbytes)
             yield record_key(first + j), b"".join((header, data))
 
     def _meta(self, count: int) -> bytes:
-        return json.dumps({"format": "pixfeed-lmdb", "count": count, "store": self.opts.store,
+        return json.dumps({"format": META_FORMAT, "count": count, "store": self.opts.store,
                            "classes": self.source.classes, "record_header": HEADER.format}).encode()
 
 

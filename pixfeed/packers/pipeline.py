@@ -18,20 +18,23 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, registry
 from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
-from ..loaders.cpus import available_cpus
+from ..cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..source import scan
-from .records import PackOptions, Record, load_record
+from ..storage import is_url, local_path
+from .options import PackOptions
+from .records import Record, load_record
+from .upload import Upload
 from .writer import TaskResult, Writer
 
 _WRITER: Optional[Writer] = None
@@ -56,9 +59,9 @@ def _run_task(args) -> TaskResult:
     result = TaskResult(task)
 
     def records() -> Iterator[Record]:
-        for i in indices:
+        for i, data in w.source.fetch(indices):
             try:
-                rec = load_record(w.source, int(i), w.opts, result.notes)
+                rec = load_record(w.source, i, w.opts, result.notes, data)
             except SourceError as e:
                 if w.opts.on_error == "fail":
                     raise
@@ -91,7 +94,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool) -> List[TaskResult]:
+def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool,
+               done: Callable[[TaskResult], None] = lambda r: None) -> List[TaskResult]:
     from .._progress import Bar
 
     bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
@@ -109,6 +113,7 @@ def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: 
         for r in outputs:
             results.append(r)
             writer.task_done(r)
+            done(r)
             bar.update(len(tasks[r.task]))
         if pool is not None:
             pool.close()
@@ -120,59 +125,83 @@ def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: 
     return sorted(results, key=lambda r: r.task)
 
 
-def pack(src, dst, format: str = "mmap", *, progress: bool = False, **options) -> dict:
+def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_options: Optional[dict] = None,
+         **options) -> dict:
     """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
 
-    Options are the fields of PackOptions (``store``, ``size``, ``workers``,
-    ``on_error``, ``overwrite``, ...).  Raises SourceError or OptionError with
-    the file or option at fault; on any error nothing is left at ``dst``.
+    ``src`` and ``dst`` may be URLs (``s3://bucket/prefix``; see pixfeed.storage,
+    and pixfeed.packers.upload for a bucket DST).  Options are the fields of
+    PackOptions (``store``, ``size``, ``workers``, ``on_error``, ``overwrite``,
+    ...); one that ``format`` does not take (as ``shard_size`` for hdf5) raises
+    OptionError naming the formats that take it.  Raises SourceError or
+    OptionError with the file or option at fault; on any error nothing is left
+    at ``dst``.
     """
-    from ..registry import writer_class
-
-    cls = writer_class(format)
-    opts = PackOptions(**options)
-    opts.store = opts.store or cls.default_store
-    opts.check()
-    dst = Path(dst)
-    if dst.exists() or dst.is_symlink():
-        _check_replaceable(dst, opts.overwrite)
-    source = scan(src, opts.ext)
-    if not dst.parent.is_dir():
-        raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
-    if dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
-        raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
-                          "find it (as a class folder); choose a DST outside the source")
-    _remove_stale_tmp(dst)
-    tmp = dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
+    fmt = registry.get(format)
+    opts = PackOptions.create(**options).resolve(fmt)
+    cls = registry.writer_class(format)
+    upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
+    if upload is None:
+        dst = _local_dst(local_path(dst), opts.overwrite)
+    source = scan(src, opts.ext, storage_options)
+    if upload is None:
+        tmp = _local_tmp(dst, source)
+    else:
+        upload.prepare()
+        tmp = Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
     start = time.perf_counter()
     writer: Optional[Writer] = None
     try:
-        tmp.mkdir()
+        tmp.mkdir(exist_ok=upload is not None)
         writer = cls(tmp, source, opts)
         workers = opts.workers or available_cpus()
         tasks = writer.plan(workers)
         writer.begin(tasks)
-        results = _run_tasks(writer, tasks, min(workers, len(tasks)), progress)
+        done = (lambda r: upload.send(tmp, writer.finished(r))) if upload else (lambda r: None)
+        results = _run_tasks(writer, tasks, min(workers, len(tasks)), progress, done)
         kept = np.array([i for r in results for i in r.kept], dtype=np.int64)
         skipped = [s for r in results for s in r.skipped]
         if len(kept) == 0:
             raise SourceError(f"source {source.root}: every image was skipped; first reason: {skipped[0]['reason']}")
         extra = writer.finish(kept, results)
         write_json_atomic(tmp / KEYS_NAME, [source.keys[i] for i in kept])
-        manifest = _manifest(format, source, opts, kept, results, skipped, extra, tmp)
+        manifest = _manifest(fmt, source, opts, kept, results, skipped, extra, tmp)
         manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
                              "source_bytes": int(source.sizes.sum()),
                              "stored_bytes": sum(r.stored_bytes for r in results)}
         write_manifest(tmp, manifest)
-        _replace(tmp, dst)
+        if upload is None:
+            _replace(tmp, dst)
+        else:
+            upload.commit(tmp, manifest)
+            shutil.rmtree(tmp)
     except BaseException as e:
         if writer is not None:
             writer.abort()
+        if upload is not None:
+            upload.abort()
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) and not isinstance(e, PixfeedError):
+        if upload is None and isinstance(e, OSError) and not isinstance(e, PixfeedError):
             raise _output_error(dst, e) from e
         raise
     return manifest
+
+
+def _local_dst(dst: Path, overwrite: bool) -> Path:
+    if dst.exists() or dst.is_symlink():
+        _check_replaceable(dst, overwrite)
+    return dst
+
+
+def _local_tmp(dst: Path, source) -> Path:
+    """The hidden temporary sibling of a local ``dst``, after checking where ``dst`` is."""
+    if not dst.parent.is_dir():
+        raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
+    if source.remote is None and dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
+        raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
+                          "find it (as a class folder); choose a DST outside the source")
+    _remove_stale_tmp(dst)
+    return dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
 
 
 def _check_replaceable(dst: Path, overwrite: bool) -> None:
@@ -200,15 +229,13 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         if p.is_file():
             rel = p.relative_to(tmp).as_posix()
             files[rel] = {"bytes": p.stat().st_size, "xxh3_64": hashed.get(rel) or file_hash(p)}
-    options = {k: v for k, v in asdict(opts).items() if k not in ("overwrite", "workers")}
-    options["size"] = list(opts.size) if opts.size else None
     return {
-        "magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": format,
+        "magic": MAGIC, "layout_version": LAYOUT_VERSION, "format": format.name,
         "count": int(len(kept)), "classes": source.classes, "store": opts.store,
         "shape": [*opts.size, 3] if opts.store == "pixels" else None,
         "checksum": ALGORITHM, "keys_file": KEYS_NAME, "files": files,
         "skipped": skipped, "notes": source.notes + [n for r in results for n in r.notes],
-        "options": options, "pixfeed_version": __version__,
+        "options": opts.recorded(format), "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **extra,
     }

@@ -1,15 +1,17 @@
 """Staging for the single-writer formats (lmdb, hdf5).
 
 LMDB and HDF5 files take one writer, but decoding should still run in every
-pack worker.  So workers write exactly as the mmap format does: pixels into
-their own rows of a pre-sized ``images.npy``, in place; encoded bytes into one
-part file per task (``parts/part-NNNNNN.bin``).  No decoded pixels go through
-a pipe.  As tasks finish, the main process copies their staged records into
-the one output file in task order, while the workers keep decoding (a task
-that finishes early waits for the ones before it, so record numbers follow
-the source order).  ``finish`` copies what is left, completes the output and
-removes the staging files, so the finished dataset holds only the format's
-own files.
+pack worker.  So workers stage their records in files of their own (a
+``Staging`` helper, composed into the writer): pixels into their own rows of a
+pre-sized ``staging/pixels.npy``, in place; encoded bytes into one part file
+per task (``staging/part-NNNNNN.bin``).  No decoded pixels go through a pipe.
+As tasks finish, the main process copies their staged records into the one
+output file in task order, while the workers keep decoding (a task that
+finishes early waits for the ones before it, so record numbers follow the
+source order).  ``finish`` copies what is left, completes the output and
+removes the staging folder, so the finished dataset holds only the format's
+own files.  Staging names are the helper's own: no format's layout depends on
+another's.
 
 The output is opened on the first copy, in the main process, after the pool
 has forked its workers; it is never pickled, and ``abort`` closes it when the
@@ -25,22 +27,64 @@ from typing import Any, Dict, Iterator, List
 import numpy as np
 
 from ..source import Source
-from .mmap import MmapWriter
-from .records import PackOptions
-from .writer import TaskResult
+from ._files import allocate_rows, read_part, write_part, write_rows
+from .options import PackOptions
+from .records import Record
+from .writer import TaskResult, Writer
 
 
-class StagingWriter(MmapWriter):
-    """Base of a writer that copies the mmap-style staging files into one output.
+class Staging:
+    """A pack's staged records, under ``root/staging``, until the output holds them."""
+
+    def __init__(self, root: Path, count: int, opts: PackOptions) -> None:
+        self.dir, self.count, self.opts = root / "staging", count, opts
+
+    @property
+    def _pixels(self) -> Path:
+        return self.dir / "pixels.npy"
+
+    def _part(self, task: int) -> Path:
+        return self.dir / f"part-{task:06d}.bin"
+
+    def begin(self) -> None:
+        self.dir.mkdir()
+        if self.opts.store == "pixels":
+            allocate_rows(self._pixels, self.count, self.opts.size)
+
+    def write_task(self, task: int, records: Iterator[Record]) -> List[int]:
+        """Stage a task's records (in a worker); return what ``records`` needs to read them back."""
+        if self.opts.store == "pixels":
+            write_rows(self._pixels, records)
+            return []
+        return write_part(self._part(task), records)
+
+    def pixels(self) -> np.ndarray:
+        """The staged N_source x H x W x 3 pixels (rows of skipped images are zero)."""
+        return np.load(self._pixels, mmap_mode="r")
+
+    def records(self, result: TaskResult) -> Iterator:
+        """Stored records (pixel rows or encoded bytes) of one finished task, in order."""
+        if self.opts.store == "pixels":
+            images = self.pixels()
+            return (images[i] for i in result.kept)
+        return read_part(self._part(result.task), result.extra)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir)
+
+
+class StagedWriter(Writer):
+    """Base of a writer that stages records and copies them into one output.
 
     Subclasses implement ``open_output`` (return the handle), ``copy_task``
-    (copy one task's records, numbered from ``first``) and ``complete_output``
-    (write what needs every record); the handle's ``close`` ends the write.
+    (copy one task's records, from ``self.staging.records``, numbered from
+    ``first``) and ``complete_output`` (write what needs every record); the
+    handle's ``close`` ends the write.
     """
-    default_store = "encoded"
 
     def __init__(self, root: Path, source: Source, opts: PackOptions) -> None:
         super().__init__(root, source, opts)
+        self.staging = Staging(root, len(source), opts)
         self.output: Any = None                    # opened on the first copy
         self._waiting: Dict[int, TaskResult] = {}  # tasks done before an earlier one
         self._next_task = 0                        # the next task to copy
@@ -57,6 +101,12 @@ class StagingWriter(MmapWriter):
 
     def complete_output(self, kept: np.ndarray, results: List[TaskResult]) -> None:
         raise NotImplementedError
+
+    def begin(self, tasks: List[np.ndarray]) -> None:
+        self.staging.begin()
+
+    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> List[int]:
+        return self.staging.write_task(task, records)
 
     def task_done(self, result: TaskResult) -> None:
         """Copy every task that is now next in task order."""
@@ -75,7 +125,7 @@ class StagingWriter(MmapWriter):
         self.complete_output(kept, results)
         self.output.close()
         self.output = None
-        self._remove_staging()
+        self.staging.remove()
         return {}
 
     def abort(self) -> None:
@@ -83,25 +133,3 @@ class StagingWriter(MmapWriter):
             with contextlib.suppress(Exception):  # the pack's own error is the one to report
                 self.output.close()
             self.output = None
-
-    def staged_pixels(self) -> np.ndarray:
-        """The staged N_source x H x W x 3 pixels (rows of skipped images are zero)."""
-        return np.load(self._images, mmap_mode="r")
-
-    def staged_records(self, result: TaskResult) -> Iterator:
-        """Stored records (pixel rows or encoded bytes) of one finished task, in order."""
-        if self.opts.store == "pixels":
-            images = self.staged_pixels()
-            return (images[i] for i in result.kept)
-        return self._staged_part(result)
-
-    def _staged_part(self, result: TaskResult) -> Iterator[bytes]:
-        with open(self._part(result.task), "rb") as f:
-            for length in result.extra:
-                yield f.read(length)
-
-    def _remove_staging(self) -> None:
-        if self.opts.store == "pixels":
-            self._images.unlink()
-        else:
-            shutil.rmtree(self.root / "parts")

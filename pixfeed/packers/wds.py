@@ -1,36 +1,10 @@
-"""Writer of the WebDataset format: POSIX tar shards of samples.
-
-Layout::
-
-    shard-000000.tar, shard-000001.tar, ...   written in parallel (see Parallelism)
-    keys.json, pixfeed.json                   pixfeed.json lists every shard under "shards":
-                                              [{"name", "count", "bytes", "xxh3_64"}]
-
-Each sample is three consecutive tar members sharing a member key ``K``:
-
-    K.jpg | K.png   encoded mode: the stored image bytes (extension from the real format)
-    K.npy           pixels mode: uint8 H x W x 3 RGB, ``np.save(allow_pickle=False)``
-    K.cls           the label as ASCII decimal (-1 for a flat source)
-    K.json          {"key": pixfeed key, "label", "class": name or null,
-                     "size": [H, W] of the source image (after EXIF orientation),
-                     "index": record index in the dataset,
-                     "xxh3_64": checksum of the image member's bytes, 16 hex digits}
-
-Members are deterministic: PAX format, mtime 0, uid/gid 0, no owner names,
-mode 0o444.  Member keys: WebDataset splits a member name at the first "." of
-its basename and treats "/" as a directory, so the pixfeed key is made flat
-and dot-free: NFC-normalised, "/" becomes "__", every character other than a
-Unicode letter, digit, "_" or "-" becomes "_" (``cat/my photo.v2`` ->
-``cat__my_photo_v2``); a key that is then taken gets "-1", "-2", ...
-(first come in source order).  The pixfeed key is kept in ``K.json`` and
-``keys.json``.
+"""Writer of the WebDataset format (layout: ``pixfeed.layouts.wds``): POSIX tar shards.
 
 Order: samples are shuffled (seed ``--seed``) before sharding, since shards
-are read sequentially; ``--no-shuffle`` keeps source order.  Record ``i`` of
-the dataset is the ``i``-th sample in shard order, so ``keys.json[i]`` is its
-key.  Shards hold at most ``--shard-size`` samples and their files at most
-``--shard-bytes`` bytes (a single larger sample gets a shard of its own); with
-neither, shards are bounded at 256 MiB: big enough for sequential reads and
+are read sequentially; ``--no-shuffle`` keeps source order.  Shards hold at
+most ``--shard-size`` samples and their files at most ``--shard-bytes``
+bytes (a single larger sample gets a shard of its own); with neither, shards
+are bounded at 256 MiB: big enough for sequential reads and
 negligible per-shard cost, small enough that ImageNet-1k gives ~550 shards,
 several whole shards for each of 8 ranks x 8 DataLoader workers.  Byte
 bounds are planned from source file sizes (encoded; an upper bound when
@@ -50,49 +24,28 @@ import itertools
 import json
 import logging
 import os
-import re
 import tarfile
-import unicodedata
 from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional
 
 import numpy as np
 
 from ..checksum import file_hash, record_hash
-from ..decode import open_image
 from ..errors import OptionError
+from ..layouts.wds import LABEL_EXTENSION, MEMBER_EXTENSIONS, META_EXTENSION, member_keys, shard_name
 from . import _tar
 from .records import Record
 from .writer import TaskResult, Writer
 
 log = logging.getLogger(__name__)
 DEFAULT_SHARD_BYTES = 256 << 20
-MEMBER_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "npy"}
 _BLOCK, _RECORD = _tar.BLOCK, _tar.RECORD
 _TASKS_PER_WORKER = 4
-_AWKWARD = re.compile(r"[^\w-]")
 _JSON_FIXED = 192  # the .json member less its key and class name, numbers at their widest
-
-
-def shard_name(shard: int) -> str:
-    return f"shard-{shard:06d}.tar"
 
 
 def part_name(shard: int, task: int) -> str:
     return f"{shard_name(shard)}.part-{task:06d}"
-
-
-def member_keys(keys: List[str]) -> List[str]:
-    """Flat, dot-free, unique tar member keys for pixfeed keys (rule in the module docstring)."""
-    out, seen = [], set()
-    for key in keys:
-        base = _AWKWARD.sub("_", unicodedata.normalize("NFC", key).replace("/", "__"))
-        name, n = base, 1
-        while name in seen:
-            name, n = f"{base}-{n}", n + 1
-        seen.add(name)
-        out.append(name)
-    return out
 
 
 def _pad(n) -> np.ndarray:
@@ -121,8 +74,7 @@ def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 class WdsWriter(Writer):
-    format = "wds"
-    default_store = "encoded"
+    """Plans shards from source sizes; each task writes a shard or a piece of one."""
 
     def plan(self, workers: int) -> List[np.ndarray]:
         n, opts = len(self.source), self.opts
@@ -154,7 +106,7 @@ class WdsWriter(Writer):
         else:
             payload = self.source.sizes
         classes = self.source.classes or [""]
-        headers = np.array([3 * _header_bytes(f"{name}.json") for name in self.names])
+        headers = np.array([3 * _header_bytes(f"{name}.{META_EXTENSION}") for name in self.names])
         labels = np.maximum(self.source.labels, 0)
         text = np.array([len(key) + len(classes[label]) for key, label in zip(self.source.keys, labels)])
         return headers + _pad(payload) + _BLOCK + _pad(_JSON_FIXED + 6 * text)  # 6: a "\uXXXX" escape
@@ -195,20 +147,14 @@ class WdsWriter(Writer):
         payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
         classes = self.source.classes
         meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
-                "size": list(self._source_size(rec)), "index": index, "xxh3_64": f"{record_hash(payload):016x}"}
+                "size": list(rec.source_shape), "index": index, "xxh3_64": f"{record_hash(payload):016x}"}
         name = self.names[rec.index]
         return (_tar.write_member(f, f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
-                + _tar.write_member(f, f"{name}.cls", str(rec.label).encode("ascii"))
-                + _tar.write_member(f, f"{name}.json", _json(meta)))
+                + _tar.write_member(f, f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii"))
+                + _tar.write_member(f, f"{name}.{META_EXTENSION}", _json(meta)))
 
-    def _source_size(self, rec: Record) -> tuple:
-        """(H, W) of the source image; only stored records that were not resized have it already."""
-        if self.opts.store == "encoded" and not self.opts.max_side:
-            return rec.shape
-        path = self.source.root / self.source.paths[rec.index]
-        img = open_image(path.read_bytes(), str(path), self.opts.max_pixels)
-        w, h = img.size
-        return (w, h) if img.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (h, w)
+    def finished(self, result: TaskResult) -> List[str]:
+        return [result.extra["name"]] if self._whole(result.task) else []
 
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         shards, start = [], 0
@@ -247,7 +193,7 @@ def _renumber(path: Path, start: int) -> None:
         index = itertools.count(start)
         for info in src:
             data = src.extractfile(info).read()
-            if info.name.endswith(".json"):
+            if info.name.endswith(f".{META_EXTENSION}"):
                 meta = json.loads(data)
                 meta["index"] = next(index)
                 data = _json(meta)

@@ -8,7 +8,8 @@ from typing import Iterator, List
 import numpy as np
 
 from ..source import Source
-from .records import PackOptions, Record
+from .options import PackOptions
+from .records import Record
 
 
 @dataclass
@@ -30,9 +31,6 @@ class Writer:
     ``write_task`` runs in a worker, consumes the task's records and writes the
     task's own output.
     """
-    format = ""
-    default_store = "encoded"
-
     def __init__(self, root: Path, source: Source, opts: PackOptions):
         self.root, self.source, self.opts = root, source, opts
 
@@ -50,6 +48,11 @@ class Writer:
     def task_done(self, result: TaskResult) -> None:
         """Called as each task's result arrives (in completion order) while other
         tasks may still run; a pool's workers are forked before the first call."""
+
+    def finished(self, result: TaskResult) -> List[str]:
+        """Files (relative to the output folder) complete once ``result``'s task is done;
+        a bucket DST uploads them while later tasks run.  Default: none before ``finish``."""
+        return []
 
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         """Write the remaining files; return extra manifest fields."""

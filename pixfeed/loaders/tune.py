@@ -1,4 +1,5 @@
-"""Autotune: measure a few loader settings on real batches and keep the fastest.
+"""Autotune: measure a few loader settings on real batches and keep the fastest
+(``pixfeed.autotune``, and ``make_loader(num_workers="tune")``).
 
 ``autotune(dataset, batch_size)`` measures, within ``budget_s`` seconds:
 
@@ -23,12 +24,12 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from pixfeed.bench.report import table
-from pixfeed.diagnose.stall import batch_images, check_count
-from pixfeed.errors import OptionError
-from pixfeed.loaders.cpus import available_cpus
+from pixfeed.cpus import available_cpus
+from pixfeed.errors import OptionError, require_int
+from pixfeed.loaders.collate import batch_images
 from pixfeed.loaders.loader import PixfeedLoader, make_loader
 from pixfeed.loaders.seeding import preserved_rngs
+from pixfeed.texttable import table
 
 BUDGET_S = 15.0
 MIN_BATCHES = 2
@@ -105,7 +106,7 @@ def autotune(dataset: Any, batch_size: int, *, candidates: Optional[Sequence[Set
              budget_s: Optional[float] = None, **options: Any) -> TuneResult:
     """Measure candidate (num_workers, prefetch_factor) settings within ``budget_s`` (default
     ``BUDGET_S``) seconds; ``options`` go to ``make_loader``."""
-    check_count("batch_size", batch_size, 1)
+    require_int("batch_size", batch_size, 1)
     budget_s = BUDGET_S if budget_s is None else budget_s
     if not budget_s > 0:
         raise OptionError(f"budget_s must be a positive number of seconds, not {budget_s!r}")

@@ -17,7 +17,8 @@ from typing import Optional
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def _read(path: Path) -> Optional[str]:
+def read_setting(path: Path) -> Optional[str]:
+    """A kernel setting file's text, stripped, or None when it cannot be read."""
     try:
         return path.read_text().strip()
     except OSError:
@@ -27,7 +28,7 @@ def _read(path: Path) -> Optional[str]:
 def cgroup_cpu_limit(root: Optional[Path] = None) -> Optional[float]:
     """CPUs allowed by the cgroup quota, or None when there is no quota."""
     root = CGROUP_ROOT if root is None else root
-    v2 = _read(root / "cpu.max")
+    v2 = read_setting(root / "cpu.max")
     if v2 is not None:
         quota, _, period = v2.partition(" ")
         if quota == "max":
@@ -36,9 +37,9 @@ def cgroup_cpu_limit(root: Optional[Path] = None) -> Optional[float]:
             return int(quota) / int(period or 100000)
         except ValueError:
             return None
-    quota, period = _read(root / "cpu" / "cpu.cfs_quota_us"), _read(root / "cpu" / "cpu.cfs_period_us")
+    quota, period = read_setting(root / "cpu" / "cpu.cfs_quota_us"), read_setting(root / "cpu" / "cpu.cfs_period_us")
     if quota is None:
-        quota, period = _read(root / "cpu.cfs_quota_us"), _read(root / "cpu.cfs_period_us")
+        quota, period = read_setting(root / "cpu.cfs_quota_us"), read_setting(root / "cpu.cfs_period_us")
     try:
         q, p = int(quota), int(period)
     except (TypeError, ValueError):

@@ -1,0 +1,142 @@
+"""A node-local cache of remote datasets, for formats that need random access
+(mmap, LMDB, HDF5 map their files; WebDataset streams instead).
+
+Layout under ``cache_dir`` (default ``$PIXFEED_CACHE`` or ``~/.cache/pixfeed``)::
+
+    NAME-KEY/            a copy of one remote dataset; KEY hashes its URL and manifest,
+                         so a changed remote dataset never meets a stale copy
+    NAME-KEY/pixfeed.json  written last: the copy is complete
+    NAME-KEY.lock        held exclusively while downloading (others wait, then reuse)
+    NAME-KEY.use         held shared while a process uses the copy (eviction skips it)
+
+Files are fetched as parallel ranged GETs into ``FILE.part``, checked against
+the manifest's size and xxh3_64, and only then renamed to ``FILE``: an
+interrupted download resumes from the files already finished, and a file that
+fails its hash is deleted and named in a CorruptDataError.  ``cache_limit``
+(bytes) evicts whole least-recently-used copies that no process holds.
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+import xxhash
+
+from .checksum import file_hash
+from .errors import CorruptDataError, DatasetNotFoundError
+from .manifest import MANIFEST_NAME, write_json_atomic
+from .storage import Store
+
+CHUNK = 16 << 20      # bytes per ranged GET
+PARALLEL = 16         # GETs in flight
+_HELD: dict = {}      # copy folder -> open .use file (a shared lock for this process's lifetime)
+atexit.register(lambda: [f.close() for f in _HELD.values()])
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("PIXFEED_CACHE") or Path.home() / ".cache" / "pixfeed")
+
+
+def stage(url: str, manifest: dict, storage_options: Optional[dict] = None, cache_dir=None,
+          cache_limit: Optional[int] = None) -> Path:
+    """A verified local copy of the dataset at ``url``; downloaded once per node."""
+    store = Store(url, storage_options)
+    base = Path(cache_dir) if cache_dir is not None else default_dir()
+    base.mkdir(parents=True, exist_ok=True)
+    key = xxhash.xxh3_64_hexdigest((store.url + "\0" + json.dumps(manifest, sort_keys=True)).encode())
+    folder = base / f"{store.url.rsplit('/', 1)[-1] or 'dataset'}-{key}"
+    _hold(folder)
+    with open(folder.with_name(folder.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / MANIFEST_NAME).is_file():
+            _download(store, manifest, folder)
+            write_json_atomic(folder / MANIFEST_NAME, manifest)
+    os.utime(folder / MANIFEST_NAME)  # least recently used = oldest manifest time
+    if cache_limit is not None:
+        evict(base, cache_limit)
+    return folder
+
+
+def _hold(folder: Path) -> None:
+    if folder not in _HELD:
+        f = open(folder.with_name(folder.name + ".use"), "a")
+        fcntl.flock(f, fcntl.LOCK_SH)
+        _HELD[folder] = f
+
+
+def _download(store: Store, manifest: dict, folder: Path) -> None:
+    remote = store.list()
+    todo = []
+    for name, meta in manifest["files"].items():
+        if (folder / name).is_file():
+            continue  # finished and verified by an earlier, interrupted run
+        if name not in remote:
+            raise DatasetNotFoundError(f"{store.url_of(name)}: data file missing from the dataset {store.url}")
+        if remote[name] != meta["bytes"]:
+            raise CorruptDataError(f"{store.url_of(name)}: {remote[name]} bytes, but the manifest records "
+                                   f"{meta['bytes']}; the object is truncated or damaged")
+        todo.append(name)
+    ranges = [(name, start) for name in todo for start in range(0, max(manifest["files"][name]["bytes"], 1), CHUNK)]
+    for name in todo:
+        part = _part(folder, name)
+        part.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "wb") as f:
+            f.truncate(manifest["files"][name]["bytes"])
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        list(pool.map(lambda r: _fetch(store, folder, manifest, *r), ranges))
+    for name in todo:
+        _finish(store, folder, name, manifest["files"][name])
+
+
+def _part(folder: Path, name: str) -> Path:
+    return folder / f"{name}.part"
+
+
+def _fetch(store: Store, folder: Path, manifest: dict, name: str, start: int) -> None:
+    end = min(start + CHUNK, manifest["files"][name]["bytes"])
+    if end <= start:
+        return
+    data = store.read_range(name, start, end)
+    fd = os.open(_part(folder, name), os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, start)
+    finally:
+        os.close(fd)
+
+
+def _finish(store: Store, folder: Path, name: str, meta: dict) -> None:
+    part = _part(folder, name)
+    if part.stat().st_size != meta["bytes"] or file_hash(part) != meta["xxh3_64"]:
+        part.unlink()
+        raise CorruptDataError(f"{store.url_of(name)}: downloaded bytes fail the manifest's xxh3_64 "
+                               f"{meta['xxh3_64']} (damaged object); run 'pixfeed verify {store.url}'")
+    os.replace(part, folder / name)
+
+
+def evict(base: Path, limit: int) -> None:
+    """Remove least-recently-used complete copies no process holds until the cache is within ``limit`` bytes."""
+    copies = sorted((p for p in base.iterdir() if (p / MANIFEST_NAME).is_file()),
+                    key=lambda p: (p / MANIFEST_NAME).stat().st_mtime)
+    total = sum(_size(p) for p in copies)
+    for folder in copies:
+        if total <= limit:
+            return
+        with open(folder.with_name(folder.name + ".use"), "a") as use:
+            try:
+                fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # in use by some process (this one included)
+            size = _size(folder)
+            (folder / MANIFEST_NAME).unlink()
+            shutil.rmtree(folder, ignore_errors=True)
+            total -= size
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

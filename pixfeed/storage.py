@@ -1,0 +1,231 @@
+"""Where datasets and sources live: a local folder or a URL, through fsspec.
+
+fsspec is the one storage layer: ``s3://bucket/prefix`` (with the ``s3`` extra,
+``pip install 'pixfeed[s3]'``), ``gs://``, ``http(s)://`` (reading) and anything
+else it resolves.  ``file://`` URLs and plain paths stay local paths.
+
+* Credentials and endpoint come from the usual places (``AWS_ACCESS_KEY_ID`` /
+  ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, ``AWS_ENDPOINT_URL_S3`` or
+  ``AWS_ENDPOINT_URL`` for S3-compatible stores), and ``storage_options``
+  (CLI: ``--storage-option KEY=VALUE``) for anything else.
+* S3 requests time out (connect 10 s, read 60 s) and transient failures
+  (timeouts, 5xx, throttling) are retried with backoff by botocore (5 attempts),
+  so a dead endpoint surfaces as an error instead of a hang.
+* Every storage failure becomes a StorageError (or DatasetNotFoundError for a
+  missing object) naming the URL; known secrets are masked in its text.
+* A Store is a URL and options (picklable); its filesystem is made once per
+  process, protocol and options, outside fsspec's instance cache: a forked child
+  never frees (and so never closes) the parent's connections, which left the
+  parent waiting a read timeout on a pooled connection the child had closed.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterable, Iterator, List, Optional
+
+from .errors import DatasetNotFoundError, OptionError, PixfeedError, StorageError
+
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|^key$|access_key", re.I)
+_FILESYSTEMS: dict = {}  # (pid, protocol, options) -> filesystem; a forked child keeps its parent's unused
+_S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60,
+                                  "retries": {"max_attempts": 5, "mode": "standard"}}}
+
+
+def is_url(path) -> bool:
+    """True for ``scheme://...`` other than ``file://`` (those are local paths)."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def local_path(path) -> Path:
+    return Path(path[len("file://"):] if isinstance(path, str) and path.startswith("file://") else path)
+
+
+def join(root, name: str):
+    """``root/name`` for a local Path or a URL string."""
+    return f"{root.rstrip('/')}/{name}" if is_url(root) else Path(root) / name
+
+
+def parse_option(text: str) -> tuple:
+    """``KEY=VALUE`` -> (key, value); the value is read as JSON when it is JSON (true, 8, {...})."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise OptionError(f"--storage-option {mask(text)!r}: expected KEY=VALUE, e.g. endpoint_url=http://host:9000")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def add_argument(parser) -> None:
+    """``--storage-option KEY=VALUE`` (repeatable) on a command that takes URLs."""
+    parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                        help="fsspec/s3fs option for URLs, e.g. endpoint_url=http://host:9000 or anon=true "
+                             "(repeatable; credentials are better left to the environment or ~/.aws)")
+
+
+def options_from_args(items: Optional[Iterable[str]]) -> dict:
+    """``--storage-option`` values -> a storage_options dict; dotted keys nest (``config_kwargs.read_timeout=5``)."""
+    out: dict = {}
+    for text in items or ():
+        key, value = parse_option(text)
+        *parents, last = key.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
+def _secrets(options: Optional[dict]) -> list:
+    found = [os.environ[k] for k in _SECRET_ENV if os.environ.get(k)]
+
+    def walk(d):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v)
+            elif isinstance(v, str) and v and _SECRET_KEY.search(str(k)):
+                found.append(v)
+    walk(options or {})
+    return sorted(found, key=len, reverse=True)
+
+
+def mask(text: str, options: Optional[dict] = None) -> str:
+    """``text`` with every known secret (and any ``user:password@`` in a URL) replaced by ***."""
+    for s in _secrets(options):
+        if len(s) >= 4:
+            text = text.replace(s, "***")
+    return re.sub(r"(://[^/\s:@]+):[^/\s@]+@", r"\1:***@", text)
+
+
+def _with_defaults(url: str, options: Optional[dict]) -> dict:
+    opts = dict(options or {})
+    if url.startswith(("s3://", "s3a://")):
+        for k, v in _S3_DEFAULTS.items():
+            opts.setdefault(k, v)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint and "endpoint_url" not in opts and "endpoint_url" not in opts.get("client_kwargs", {}):
+            opts["endpoint_url"] = endpoint
+    return opts
+
+
+class Store:
+    """A folder at ``url`` (a prefix in a bucket) with its fsspec filesystem."""
+
+    def __init__(self, url: str, storage_options: Optional[dict] = None):
+        self.url, self.options = url.rstrip("/"), dict(storage_options or {})
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    @property
+    def fs(self):
+        """This process's filesystem for the URL's protocol and these options."""
+        protocol = self.url.split("://", 1)[0]
+        key = (os.getpid(), protocol, json.dumps(self.options, sort_keys=True, default=str))
+        if key not in _FILESYSTEMS:
+            import fsspec
+
+            with self.errors(self.url):
+                _FILESYSTEMS[key] = fsspec.filesystem(protocol, skip_instance_cache=True,
+                                                      **_with_defaults(self.url, self.options))
+        return _FILESYSTEMS[key]
+
+    def path(self, name: str = "") -> str:
+        """The filesystem path of ``name`` below the root."""
+        root = self.fs._strip_protocol(self.url).rstrip("/")
+        return f"{root}/{name}" if name else root
+
+    def url_of(self, name: str) -> str:
+        return f"{self.url}/{name}"
+
+    @contextlib.contextmanager
+    def errors(self, what: str):
+        """Turn storage exceptions into pixfeed errors naming ``what``, secrets masked."""
+        try:
+            yield
+        except PixfeedError:
+            raise
+        except FileNotFoundError:
+            raise DatasetNotFoundError(f"{what}: no such object") from None
+        except ImportError as e:
+            raise StorageError(f"{what}: this URL needs an extra package ({e}); for s3:// install "
+                               "'pixfeed[s3]' (s3fs)") from None
+        except PermissionError as e:
+            raise StorageError(f"{what}: access denied ({mask(str(e), self.options)}); check the credentials "
+                               "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, --storage-option)") from None
+        except Exception as e:  # noqa: BLE001 - botocore/aiohttp raise their own types
+            raise StorageError(f"{what}: storage request failed ({type(e).__name__}: "
+                               f"{mask(str(e), self.options)})") from None
+
+    def list(self) -> Dict[str, int]:
+        """{relative path: size} of every object below the root, from one recursive listing."""
+        with self.errors(self.url):
+            fs, root = self.fs, self.path().rstrip("/")
+            found = fs.find(root, detail=True)
+        return {p[len(root) + 1:]: int(info["size"]) for p, info in found.items()
+                if info.get("type") != "directory" and p.startswith(root + "/")}
+
+    def read(self, name: str) -> bytes:
+        with self.errors(self.url_of(name)):
+            return self.fs.cat_file(self.path(name))
+
+    def read_range(self, name: str, start: int, end: int) -> bytes:
+        with self.errors(self.url_of(name)):
+            return self.fs.cat_file(self.path(name), start=start, end=end)
+
+    def read_many(self, names: list) -> list:
+        """Bytes of many objects, fetched concurrently; a failed one is a StorageError in its place."""
+        with self.errors(self.url):
+            got = self.fs.cat([self.path(n) for n in names], on_error="return")
+        out = []
+        for n in names:
+            v = got.get(self.path(n))
+            if isinstance(v, BaseException):
+                try:
+                    with self.errors(self.url_of(n)):
+                        raise v
+                except PixfeedError as e:
+                    v = e
+            out.append(v)
+        return out
+
+    def open(self, name: str, block_size: int = 8 << 20):
+        """A read-only file object streaming ``name`` with read-ahead (bounded memory)."""
+        with self.errors(self.url_of(name)):
+            return self.fs.open(self.path(name), "rb", block_size=block_size, cache_type="readahead")
+
+    def open_ahead(self, names: List[str]) -> Iterator:
+        """Open files for ``names`` in order; while one is read, the next is opened and its
+        first block fetched in a thread (at most two files' buffers in memory)."""
+        def first_block(name: str):
+            f = self.open(name)
+            with self.errors(self.url_of(name)):
+                f.read(1)
+                f.seek(0)
+            return f
+
+        with ThreadPoolExecutor(1) as pool:
+            ahead = [pool.submit(first_block, n) for n in names[:1]]
+            for k in range(len(names)):
+                if k + 1 < len(names):
+                    ahead.append(pool.submit(first_block, names[k + 1]))
+                yield ahead.pop(0).result()
+
+    def put(self, local: Path, name: str) -> None:
+        with self.errors(self.url_of(name)):
+            self.fs.put_file(str(local), self.path(name))
+
+    def write(self, name: str, data: bytes) -> None:
+        with self.errors(self.url_of(name)):
+            self.fs.pipe_file(self.path(name), data)
+
+    def remove(self, names: list) -> None:
+        if names:
+            with self.errors(self.url):
+                self.fs.rm([self.path(n) for n in names])

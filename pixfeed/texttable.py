@@ -1,0 +1,11 @@
+"""Plain-text tables (Markdown pipe tables) for reports that several tools print."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+
+def table(head: Sequence[str], rows: List[List[str]]) -> List[str]:
+    """The lines of a table with columns as wide as their widest cell."""
+    widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]

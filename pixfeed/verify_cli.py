@@ -1,0 +1,32 @@
+"""``pixfeed verify DST [--deep]``: the command over ``verify.verify``, with a progress bar."""
+from __future__ import annotations
+
+from ._progress import Bar, shown
+from .manifest import read_manifest
+from .storage import add_argument, options_from_args
+from .verify import verify
+from .words import plural
+
+
+def cmd_verify(args) -> int:
+    options = options_from_args(args.storage_option)
+    total = read_manifest(args.dst, options)["count"]
+    with Bar(total=total, unit="rec", disable=not shown(args.quiet), dynamic_ncols=True) as bar:
+        report = verify(args.dst, deep=args.deep, progress=bar.update, storage_options=options)
+    for problem in report.problems:
+        print(f"FAIL {problem}")
+    if not args.quiet or report.problems:
+        state = "OK" if report.ok else plural(len(report.problems), "problem")
+        print(f"{state}: {args.dst}: {plural(report.files, 'file')} and {report.records:,} of "
+              f"{plural(total, 'record')} checked"
+              f"{' and decoded' if args.deep else ''}")
+    return 0 if report.ok else 1
+
+
+def add_command(subparsers) -> None:
+    p = subparsers.add_parser("verify", help="check a packed dataset's files and records against its manifest")
+    p.add_argument("dst", help="packed dataset directory (or a URL, s3://bucket/prefix)")
+    add_argument(p)
+    p.add_argument("--deep", action="store_true", help="also decode every record and check its shape")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only problems")
+    p.set_defaults(func=cmd_verify)

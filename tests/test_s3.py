@@ -1,0 +1,201 @@
+"""Datasets in an S3-compatible bucket (a real SeaweedFS server, tests/s3server.py):
+pack to, pack from, stream and cache, with the same records and integrity checks as local."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_tree
+from pixfeed import cache
+from pixfeed.datasets import WdsImageDataset, open_dataset
+from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, StorageError
+from pixfeed.manifest import read_manifest
+from pixfeed.packers import pack
+from pixfeed.storage import Store
+
+FORMATS = [("mmap", {"size": 16}), ("lmdb", {}), ("hdf5", {"store": "pixels", "size": 12}),
+           ("wds", {"shard_size": 4})]
+
+
+def records(ds) -> list:
+    if isinstance(ds, WdsImageDataset):
+        return sorted(((k, img.numpy().tobytes(), label) for k, (img, label) in
+                       zip(range(len(ds)), ds)), key=lambda r: r[1])
+    return [(i, *(lambda s: (s[0].numpy().tobytes(), s[1]))(ds[i])) for i in range(len(ds))]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return make_tree(tmp_path_factory.mktemp("s3src") / "src")
+
+
+@pytest.mark.parametrize("fmt, opts", FORMATS)
+def test_pack_to_bucket_reads_back_the_local_records(tree, tmp_path, bucket, s3_server, fmt, opts):
+    so = s3_server.options
+    local = pack(tree, tmp_path / "local", fmt, workers=2, **opts)
+    remote = pack(tree, f"{bucket}/ds", fmt, workers=2, storage_options=so, **opts)
+    assert remote["files"] == local["files"]
+    assert read_manifest(f"{bucket}/ds", so)["files"] == local["files"]
+    a = open_dataset(tmp_path / "local", shuffle=False) if fmt == "wds" else open_dataset(tmp_path / "local")
+    kw = {"shuffle": False} if fmt == "wds" else {}
+    b = open_dataset(f"{bucket}/ds", storage_options=so, cache_dir=tmp_path / "cache", **kw)
+    assert records(b) == records(a)
+    assert sorted(Store(f"{bucket}/ds", so).list()) == sorted([*local["files"], "pixfeed.json"])
+
+
+def upload_tree(tree, url, options) -> None:
+    store = Store(url, options)
+    for p in sorted(tree.rglob("*")):
+        if p.is_file():
+            store.put(p, p.relative_to(tree).as_posix())
+
+
+def test_pack_from_bucket_to_local_and_to_bucket(tree, tmp_path, bucket, s3_server):
+    so = s3_server.options
+    upload_tree(tree, f"{bucket}/train", so)
+    Store(f"{bucket}/train", so).write(".hidden/x.jpg", b"not listed")
+    local = pack(tree, tmp_path / "ref", "lmdb", workers=2)
+    from_bucket = pack(f"{bucket}/train", tmp_path / "got", "lmdb", workers=2, storage_options=so)
+    assert from_bucket["files"] == local["files"] and from_bucket["classes"] == local["classes"]
+    both = pack(f"{bucket}/train", f"{bucket}/wds", "wds", store="pixels", size=8, workers=2, storage_options=so)
+    ref = pack(tree, tmp_path / "ref-wds", "wds", store="pixels", size=8, workers=2)
+    assert both["files"] == ref["files"]
+
+
+def test_failed_pack_leaves_no_manifest_and_next_pack_clears_a_killed_one(tree, bucket, s3_server, monkeypatch):
+    from pixfeed.packers import pipeline
+
+    so, url = s3_server.options, f"{bucket}/ds"
+    real = pipeline.load_record
+
+    def failing(source, i, *rest):
+        if i == 9:
+            raise RuntimeError("disk on fire")
+        return real(source, i, *rest)
+
+    monkeypatch.setattr(pipeline, "load_record", failing)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=so)
+    assert Store(url, so).list() == {}  # what it had uploaded (shards 0-3) was removed
+    monkeypatch.setattr(pipeline, "load_record", real)
+    killed = Store(url, so)  # what a killed pack leaves: the marker and some shards, no manifest
+    killed.write(".pixfeed-packing", b"")
+    killed.write("shard-000007.tar", b"half")
+    with pytest.raises(DatasetNotFoundError, match="no pixfeed.json"):
+        open_dataset(url, storage_options=so)
+    m = pack(tree, url, "wds", shard_size=4, storage_options=so)
+    assert sorted(killed.list()) == sorted([*m["files"], "pixfeed.json"])
+
+
+def test_overwrite_rules_match_local_folders(tree, bucket, s3_server):
+    so, url = s3_server.options, f"{bucket}/ds"
+    pack(tree, url, "lmdb", storage_options=so)
+    with pytest.raises(OptionError, match="--overwrite"):
+        pack(tree, url, "lmdb", storage_options=so)
+    m = pack(tree, url, "mmap", size=8, overwrite=True, storage_options=so)
+    assert sorted(Store(url, so).list()) == sorted([*m["files"], "pixfeed.json"])
+    Store(f"{bucket}/other", so).write("notes.txt", b"mine")
+    with pytest.raises(OptionError, match="no pixfeed dataset"):
+        pack(tree, f"{bucket}/other", "lmdb", overwrite=True, storage_options=so)
+    assert Store(f"{bucket}/other", so).list() == {"notes.txt": 4}
+
+
+def flip_byte(url, name, options, at=600) -> None:
+    store = Store(url, options)
+    data = bytearray(store.read(name))
+    data[at] ^= 0x01
+    store.write(name, bytes(data))
+
+
+def test_flipped_byte_in_bucket_is_found_by_verify_and_readers(tree, tmp_path, bucket, s3_server):
+    from pixfeed.verify import verify
+
+    so = s3_server.options
+    pack(tree, f"{bucket}/wds", "wds", shard_size=4, shuffle=False, storage_options=so)
+    pack(tree, f"{bucket}/mmap", "mmap", size=8, storage_options=so)
+    assert verify(f"{bucket}/wds", storage_options=so).ok
+    flip_byte(f"{bucket}/wds", "shard-000001.tar", so)
+    flip_byte(f"{bucket}/mmap", "images.npy", so)
+    report = verify(f"{bucket}/wds", storage_options=so)
+    assert any("shard-000001.tar: xxh3_64" in p and p.startswith("s3://") for p in report.problems)
+    with pytest.raises(CorruptDataError, match="shard-000001.tar"):
+        list(WdsImageDataset(f"{bucket}/wds", shuffle=False, storage_options=so))
+    with pytest.raises(CorruptDataError, match=r"s3://.*/mmap/images.npy: downloaded bytes fail"):
+        open_dataset(f"{bucket}/mmap", storage_options=so, cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*/images.npy*"))  # nothing half-used left in the cache
+
+
+def test_deleted_shard_is_a_clear_error(tree, bucket, s3_server):
+    so, url = s3_server.options, f"{bucket}/wds"
+    pack(tree, url, "wds", shard_size=4, storage_options=so)
+    Store(url, so).remove(["shard-000002.tar"])
+    with pytest.raises(DatasetNotFoundError, match=r"s3://.*shard-000002.tar: data file missing"):
+        list(WdsImageDataset(url, storage_options=so))
+
+
+def test_bad_credentials_give_a_clear_error_without_the_secret(tree, bucket, s3_server, monkeypatch, capsys):
+    from pixfeed.cli import main
+
+    secret = "do-not-print-this-s3cr3t"
+    bad = {**s3_server.options, "secret": secret}
+    with pytest.raises(StorageError, match="access denied") as e:
+        read_manifest(f"{bucket}/x", bad)
+    assert secret not in str(e.value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    assert main(["pack", str(tree), f"{bucket}/x", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "access denied" in err and secret not in err and f"{bucket}/x" in err
+
+
+def test_cli_pack_info_verify_on_urls(tree, bucket, s3_server, monkeypatch, capsys):
+    from pixfeed.cli import main
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.options["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.options["secret"])
+    opt = f"--storage-option=endpoint_url={s3_server.endpoint}"
+    assert main(["pack", "--format", "wds", str(tree), f"{bucket}/ds", "-q", opt]) == 0
+    assert main(["info", f"{bucket}/ds", opt]) == 0
+    assert "records   12" in capsys.readouterr().out
+    assert main(["verify", f"{bucket}/ds", opt]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def _stage_in_child(args):
+    url, options, cache_dir = args
+    return str(cache.stage(url, read_manifest(url, options), options, cache_dir))
+
+
+def test_cache_downloads_once_for_eight_processes_resumes_and_evicts(tree, tmp_path, bucket, s3_server, monkeypatch):
+    import multiprocessing as mp
+
+    so, url, where = s3_server.options, f"{bucket}/lmdb", tmp_path / "cache"
+    pack(tree, url, "lmdb", storage_options=so)
+    calls = mp.get_context("fork").Value("i", 0)
+    real = cache._download
+
+    def counting(*args):
+        with calls.get_lock():
+            calls.value += 1
+        return real(*args)
+
+    monkeypatch.setattr(cache, "_download", counting)
+    with mp.get_context("fork").Pool(8) as pool:
+        folders = pool.map(_stage_in_child, [(url, so, where)] * 8)
+    assert calls.value == 1 and len(set(folders)) == 1
+    folder = tmp_path / folders[0]
+    # an interrupted download: one file finished, one half-written .part, no manifest -> only the rest is fetched
+    (folder / "pixfeed.json").unlink()
+    (folder / "data.mdb").rename(folder / "data.mdb.part")
+    monkeypatch.undo()
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name != "data.mdb.part"}
+    ds = open_dataset(url, storage_options=so, cache_dir=where)
+    assert ds.path == folder and ds[0][0].shape[0] == 3
+    assert all(folder.joinpath(n).stat().st_mtime_ns == t for n, t in before.items())  # finished files kept
+    # a changed remote dataset gets its own copy; the limit evicts the least recently used copy not in use
+    pack(tree, url, "lmdb", max_side=16, overwrite=True, storage_options=so)
+    cache._HELD.pop(folder).close()
+    newer = cache.stage(url, read_manifest(url, so), so, where, cache_limit=1)
+    assert newer != folder and (newer / "pixfeed.json").is_file() and not folder.exists()
