@@ -16,7 +16,7 @@ from .errors import PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
-from .storage import add_argument, options_from_args
+from .storage_options import add_argument, options_from_args
 from .words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
@@ -39,6 +39,10 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quality", type=int, default=90, help="JPEG quality for --max-side (default 90)")
     p.add_argument("--ext", help="comma-separated extensions to pack (default jpg,jpeg,png, any case)")
     p.add_argument("--workers", type=int, help="pack processes (default: the CPUs this process may use)")
+    p.add_argument("--executor", default="local", choices=("local", "ray"),
+                   help="where pack tasks run: local processes, or Ray tasks on a cluster (pip install 'pixfeed[ray]')")
+    p.add_argument("--address", help="ray: the cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--task-cpus", type=float, help="ray: CPUs each pack task takes (default 1)")
     p.add_argument("--on-error", default="fail", choices=("fail", "skip"),
                    help="fail: stop at the first bad image; skip: pack the rest and list what was skipped")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
@@ -66,8 +70,9 @@ def cmd_pack(args) -> int:
     from .packers import pack
 
     start = time.perf_counter()
-    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet),
-             storage_options=options_from_args(args.storage_option), **_pack_options(args))
+    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), executor=args.executor,
+             address=args.address, task_cpus=args.task_cpus, storage_options=options_from_args(args.storage_option),
+             **_pack_options(args))
     if not args.quiet:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)

@@ -32,6 +32,7 @@ Rules, the same at pack time (``--store pixels``) and at read time (encoded):
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from typing import Optional, Tuple
 
@@ -89,7 +90,7 @@ def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Ima
         else:
             raise ImageDecodeError(f"{where}: {e}; raise the limit with --max-pixels if the image is trusted") from None
     except Exception as e:  # Pillow raises many types on bad headers
-        raise ImageDecodeError(f"{where}: cannot read {fmt} header ({type(e).__name__}: {e})") from None
+        raise _header_error(where, fmt, e) from None
     check_limit(*img.size, where, max_pixels)
     return img
 
@@ -102,13 +103,20 @@ def check_limit(w: int, h: int, where: str, max_pixels: Optional[int] = None) ->
                                f"{limit} pixels; raise it with --max-pixels if the image is trusted")
 
 
+def _header_error(where: str, fmt: str, e: Exception) -> ImageDecodeError:
+    """Pillow's message without the in-memory buffer it names (``<_io.BytesIO object at 0x...>``
+    differs from run to run and means nothing to the reader)."""
+    text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(e))
+    return ImageDecodeError(f"{where}: cannot read {fmt} header ({type(e).__name__}: {text})")
+
+
 def _open_unbounded(data: bytes, fmt: str, where: str) -> Image.Image:
     saved = Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = None
     try:
         return Image.open(io.BytesIO(data), formats=[fmt])
     except Exception as e:
-        raise ImageDecodeError(f"{where}: cannot read {fmt} header ({type(e).__name__}: {e})") from None
+        raise _header_error(where, fmt, e) from None
     finally:
         Image.MAX_IMAGE_PIXELS = saved
 

@@ -7,10 +7,11 @@ else it resolves.  ``file://`` URLs and plain paths stay local paths.
 * Credentials and endpoint come from the usual places (``AWS_ACCESS_KEY_ID`` /
   ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, ``AWS_ENDPOINT_URL_S3`` or
   ``AWS_ENDPOINT_URL`` for S3-compatible stores), and ``storage_options``
-  (CLI: ``--storage-option KEY=VALUE``) for anything else.
-* S3 requests time out (connect 10 s, read 60 s) and transient failures
-  (timeouts, 5xx, throttling) are retried with backoff by botocore (5 attempts),
-  so a dead endpoint surfaces as an error instead of a hang.
+  (CLI: ``--storage-option KEY=VALUE``; pixfeed.storage_options) for anything else.
+* S3 requests time out (connect 5 s, read 30 s without a byte) and transient
+  failures (timeouts, 5xx, throttling) are retried with backoff: botocore makes
+  3 attempts per try and s3fs up to 5 tries.  A dead endpoint surfaces as an
+  error instead of a hang (a refused connection after about 30 s here).
 * Every storage failure becomes a StorageError (or DatasetNotFoundError for a
   missing object) naming the URL; known secrets are masked in its text.
 * A Store is a URL and options (picklable); its filesystem is made once per
@@ -23,18 +24,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, Iterable, Iterator, List, Optional
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
 
-from .errors import DatasetNotFoundError, OptionError, PixfeedError, StorageError
+from .errors import DatasetNotFoundError, PixfeedError, StorageError
+from .storage_options import mask, with_defaults
 
-_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
-_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|^key$|access_key", re.I)
 _FILESYSTEMS: dict = {}  # (pid, protocol, options) -> filesystem; a forked child keeps its parent's unused
-_S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60,
-                                  "retries": {"max_attempts": 5, "mode": "standard"}}}
+
 
 
 def is_url(path) -> bool:
@@ -49,69 +47,6 @@ def local_path(path) -> Path:
 def join(root, name: str):
     """``root/name`` for a local Path or a URL string."""
     return f"{root.rstrip('/')}/{name}" if is_url(root) else Path(root) / name
-
-
-def parse_option(text: str) -> tuple:
-    """``KEY=VALUE`` -> (key, value); the value is read as JSON when it is JSON (true, 8, {...})."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise OptionError(f"--storage-option {mask(text)!r}: expected KEY=VALUE, e.g. endpoint_url=http://host:9000")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
-
-
-def add_argument(parser) -> None:
-    """``--storage-option KEY=VALUE`` (repeatable) on a command that takes URLs."""
-    parser.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
-                        help="fsspec/s3fs option for URLs, e.g. endpoint_url=http://host:9000 or anon=true "
-                             "(repeatable; credentials are better left to the environment or ~/.aws)")
-
-
-def options_from_args(items: Optional[Iterable[str]]) -> dict:
-    """``--storage-option`` values -> a storage_options dict; dotted keys nest (``config_kwargs.read_timeout=5``)."""
-    out: dict = {}
-    for text in items or ():
-        key, value = parse_option(text)
-        *parents, last = key.split(".")
-        node = out
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    return out
-
-
-def _secrets(options: Optional[dict]) -> list:
-    found = [os.environ[k] for k in _SECRET_ENV if os.environ.get(k)]
-
-    def walk(d):
-        for k, v in d.items():
-            if isinstance(v, dict):
-                walk(v)
-            elif isinstance(v, str) and v and _SECRET_KEY.search(str(k)):
-                found.append(v)
-    walk(options or {})
-    return sorted(found, key=len, reverse=True)
-
-
-def mask(text: str, options: Optional[dict] = None) -> str:
-    """``text`` with every known secret (and any ``user:password@`` in a URL) replaced by ***."""
-    for s in _secrets(options):
-        if len(s) >= 4:
-            text = text.replace(s, "***")
-    return re.sub(r"(://[^/\s:@]+):[^/\s@]+@", r"\1:***@", text)
-
-
-def _with_defaults(url: str, options: Optional[dict]) -> dict:
-    opts = dict(options or {})
-    if url.startswith(("s3://", "s3a://")):
-        for k, v in _S3_DEFAULTS.items():
-            opts.setdefault(k, v)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint and "endpoint_url" not in opts and "endpoint_url" not in opts.get("client_kwargs", {}):
-            opts["endpoint_url"] = endpoint
-    return opts
 
 
 class Store:
@@ -133,7 +68,7 @@ class Store:
 
             with self.errors(self.url):
                 _FILESYSTEMS[key] = fsspec.filesystem(protocol, skip_instance_cache=True,
-                                                      **_with_defaults(self.url, self.options))
+                                                      **with_defaults(self.url, self.options))
         return _FILESYSTEMS[key]
 
     def path(self, name: str = "") -> str:

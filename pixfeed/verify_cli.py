@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ._progress import Bar, shown
 from .manifest import read_manifest
-from .storage import add_argument, options_from_args
+from .storage_options import add_argument, options_from_args
 from .verify import verify
 from .words import plural
 

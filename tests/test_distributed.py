@@ -38,6 +38,7 @@ def read_epoch(loader) -> Epoch:
 
 def rank_main(rank: int, port: int, cases: Packed, out: Path) -> None:
     mp.set_start_method("fork", force=True)  # as under torchrun; a spawned rank would spawn its workers too
+    before = {name: make_loader(open_case(path, options), BATCH, seed=SEED) for name, (path, options) in cases.items()}
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
                             timeout=timedelta(seconds=60))
     try:
@@ -50,6 +51,7 @@ def rank_main(rank: int, port: int, cases: Packed, out: Path) -> None:
                 "same_seed": read_epoch(make_loader(dataset, BATCH, seed=SEED)),
                 "drop_last": read_epoch(make_loader(dataset, BATCH, seed=SEED, drop_last=True)),
                 "world": loader.pixfeed_plan.world.size,
+                "made_before_init": [read_epoch(before[name]), read_epoch(before[name])],
             }
         torch.save(results, out / f"rank{rank}.pt")
         dist.barrier()
@@ -130,6 +132,12 @@ def test_drop_last_never_repeats_a_sample(ranks, cases):
     for name in cases:
         seen = Counter(sum((flat(result[name]["drop_last"]) for result in ranks), []))
         assert seen and max(seen.values()) == 1, name
+
+
+def test_a_loader_made_before_init_process_group_splits_as_one_made_after(ranks, cases):
+    for name in cases:
+        for result in ranks:
+            assert result[name]["made_before_init"] == result[name]["epochs"], name
 
 
 def test_new_order_each_epoch_same_order_same_seed(ranks, cases):

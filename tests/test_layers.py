@@ -31,7 +31,7 @@ LAYERS = {
     "_jpeghead.py": CORE, "_regiondecode.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE,
     "pagecache.py": CORE,
     "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
-    "cache.py": CORE,
+    "storage_options.py": CORE, "cache.py": CORE,
     # formats: writers, readers, and checking a packed dataset
     "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
     "loaders/": LOADERS,

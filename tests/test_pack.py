@@ -14,7 +14,7 @@ import torch
 import pixfeed
 from pixfeed.datasets import MmapImageDataset
 from pixfeed.errors import CorruptDataError, DatasetError, OptionError, SourceError
-from pixfeed.packers import pipeline
+from pixfeed.packers import executors
 from pixfeed.source import scan
 
 from conftest import write_image
@@ -138,14 +138,14 @@ def test_worker_failure_leaves_no_destination_and_keeps_old(image_tree, tmp_path
     dst = tmp_path / "ds"
     pixfeed.pack(image_tree, dst, "mmap", size=8)
     before = (dst / "pixfeed.json").read_bytes()
-    real = pipeline.load_record
+    real = executors.load_record
 
     def failing(source, i, *rest):
         if i == 7:
             raise RuntimeError("disk on fire")
         return real(source, i, *rest)
 
-    monkeypatch.setattr(pipeline, "load_record", failing)
+    monkeypatch.setattr(executors, "load_record", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):
         pixfeed.pack(image_tree, dst, "mmap", size=12, workers=2, overwrite=True)
     assert (dst / "pixfeed.json").read_bytes() == before
@@ -268,12 +268,12 @@ def test_packing_in_process_starts_no_thread_that_could_take_ctrl_c(image_tree, 
 
     monkeypatch.setattr(tqdm.tqdm, "monitor", None)  # as in a fresh process: a bar would start its monitor
     before, started = set(threading.enumerate()), []
-    real = pipeline.load_record
+    real = executors.load_record
 
     def counting(*args):
         started.extend(t.name for t in threading.enumerate() if t not in before)
         return real(*args)
 
-    monkeypatch.setattr(pipeline, "load_record", counting)
+    monkeypatch.setattr(executors, "load_record", counting)
     pixfeed.pack(image_tree, tmp_path / "ds", "mmap", size=8, workers=1, progress=True)
     assert started == [] and len(pixfeed.MmapImageDataset(tmp_path / "ds")) == len(scan(image_tree))

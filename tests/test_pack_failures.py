@@ -194,3 +194,15 @@ def test_read_only_destination(existing, mount, request):
     with pytest.raises(OutputError, match=f"cannot write the dataset {dst.parent / 'new'}"):
         pack(src, dst.parent / "new", "lmdb" if "lmdb" in registry.FORMATS else "mmap", workers=1)
     assert _leftovers(dst.parent) == [] and _snapshot(dst) == before
+
+
+def test_skip_reason_names_the_file_and_is_the_same_on_every_pack(tmp_path):
+    """Pillow names the in-memory buffer it read ("<_io.BytesIO object at 0x...>"): the
+    manifest's reason must not carry it, so two packs of one source record the same reasons."""
+    src = tmp_path / "src"
+    write_image(src / "a" / "ok.jpg", (16, 16))
+    (src / "a" / "bad.jpg").write_bytes(b"\xff\xd8\xff" + b"x" * 100)
+    reasons = [pack(src, tmp_path / f"out{i}", "mmap", on_error="skip", size=8)["skipped"] for i in range(2)]
+    assert reasons[0] == reasons[1] and len(reasons[0]) == 1
+    assert "bad.jpg: cannot read JPEG header" in reasons[0][0]["reason"]
+    assert "0x" not in reasons[0][0]["reason"]

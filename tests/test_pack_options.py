@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,12 @@ def test_datasets_declare_the_protocols_the_loaders_and_tools_use(image_tree, tm
     assert isinstance(mmap, BatchDataset) and isinstance(mmap, CheckedReads)
     assert not isinstance(mmap, SharedEpochDataset)
     assert isinstance(wds, SharedEpochDataset) and not isinstance(wds, CheckedReads)
+
+
+def test_executor_is_checked_and_ray_without_ray_names_the_extra(image_tree, tmp_path, monkeypatch):
+    with pytest.raises(OptionError, match="--executor 'dask': expected local or ray"):
+        pixfeed.pack(image_tree, tmp_path / "ds", executor="dask")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(OptionError, match=r"--executor ray needs Ray.*pip install 'pixfeed\[ray\]'"):
+        pixfeed.pack(image_tree, tmp_path / "ds", executor="ray")
+    assert not (tmp_path / "ds").exists()

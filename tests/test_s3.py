@@ -2,9 +2,9 @@
 pack to, pack from, stream and cache, with the same records and integrity checks as local."""
 from __future__ import annotations
 
-import numpy as np
+import json
+
 import pytest
-import torch
 
 from conftest import make_tree
 from pixfeed import cache
@@ -19,10 +19,9 @@ FORMATS = [("mmap", {"size": 16}), ("lmdb", {}), ("hdf5", {"store": "pixels", "s
 
 
 def records(ds) -> list:
-    if isinstance(ds, WdsImageDataset):
-        return sorted(((k, img.numpy().tobytes(), label) for k, (img, label) in
-                       zip(range(len(ds)), ds)), key=lambda r: r[1])
-    return [(i, *(lambda s: (s[0].numpy().tobytes(), s[1]))(ds[i])) for i in range(len(ds))]
+    """(image bytes, label) of every record, in reading order (wds: opened with shuffle=False)."""
+    samples = ds if isinstance(ds, WdsImageDataset) else (ds[i] for i in range(len(ds)))
+    return [(image.numpy().tobytes(), label) for image, label in samples]
 
 
 @pytest.fixture(scope="module")
@@ -58,27 +57,29 @@ def test_pack_from_bucket_to_local_and_to_bucket(tree, tmp_path, bucket, s3_serv
     local = pack(tree, tmp_path / "ref", "lmdb", workers=2)
     from_bucket = pack(f"{bucket}/train", tmp_path / "got", "lmdb", workers=2, storage_options=so)
     assert from_bucket["files"] == local["files"] and from_bucket["classes"] == local["classes"]
+    with pytest.raises(OptionError, match="inside the source"):
+        pack(f"{bucket}/train", f"{bucket}/train/packed", "wds", storage_options=so)
     both = pack(f"{bucket}/train", f"{bucket}/wds", "wds", store="pixels", size=8, workers=2, storage_options=so)
     ref = pack(tree, tmp_path / "ref-wds", "wds", store="pixels", size=8, workers=2)
     assert both["files"] == ref["files"]
 
 
 def test_failed_pack_leaves_no_manifest_and_next_pack_clears_a_killed_one(tree, bucket, s3_server, monkeypatch):
-    from pixfeed.packers import pipeline
+    from pixfeed.packers import executors
 
     so, url = s3_server.options, f"{bucket}/ds"
-    real = pipeline.load_record
+    real = executors.load_record
 
     def failing(source, i, *rest):
         if i == 9:
             raise RuntimeError("disk on fire")
         return real(source, i, *rest)
 
-    monkeypatch.setattr(pipeline, "load_record", failing)
+    monkeypatch.setattr(executors, "load_record", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=so)
     assert Store(url, so).list() == {}  # what it had uploaded (shards 0-3) was removed
-    monkeypatch.setattr(pipeline, "load_record", real)
+    monkeypatch.setattr(executors, "load_record", real)
     killed = Store(url, so)  # what a killed pack leaves: the marker and some shards, no manifest
     killed.write(".pixfeed-packing", b"")
     killed.write("shard-000007.tar", b"half")
@@ -199,3 +200,27 @@ def test_cache_downloads_once_for_eight_processes_resumes_and_evicts(tree, tmp_p
     cache._HELD.pop(folder).close()
     newer = cache.stage(url, read_manifest(url, so), so, where, cache_limit=1)
     assert newer != folder and (newer / "pixfeed.json").is_file() and not folder.exists()
+
+
+def test_dead_endpoint_is_an_error_not_a_hang(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    options = {"key": "k", "secret": "s3cr3t-value", "endpoint_url": f"http://127.0.0.1:{port}",
+               "config_kwargs": {"retries": {"max_attempts": 1}}}  # the default 3 attempts take ~30 s
+    with pytest.raises(StorageError, match=rf"s3://pixfeed/x/pixfeed.json: storage request failed .*{port}"):
+        open_dataset("s3://pixfeed/x", storage_options=options)
+
+
+def test_doctor_measures_a_bucket(tree, bucket, s3_server, capsys):
+    from pixfeed.cli import main
+
+    pack(tree, f"{bucket}/wds", "wds", shard_size=4, storage_options=s3_server.options)
+    opts = [f"--storage-option={k}={v}" for k, v in s3_server.options.items()]
+    assert main(["doctor", f"{bucket}/wds", "--json", *opts]) == 0
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}["storage"]
+    data = found["data"]
+    assert data["latency_s"] > 0 and data["parallel_bytes_per_s"] > 0 and data["bytes_per_record"] > 0
+    assert "shards at once" in found["advice"] and s3_server.options["secret"] not in found["value"]

@@ -26,8 +26,12 @@ The epoch lives in a one-number tensor in shared memory, so persistent
 DataLoader workers see ``set_epoch`` from the main process (their copies of a
 plain attribute would not); a plain ``pickle`` copy takes the value only.
 
-``rank``/``world_size`` default to torch.distributed's when it is initialised
-(else 0 and 1); ``make_loader`` sets them.  Each sample is checked: the image
+``rank``/``world_size``, when not given, follow torch.distributed's world
+(0 and 1 without a process group), looked up again at every ``set_epoch``,
+except while Hugging Face Accelerate runs several processes: its prepared
+loaders split the batches themselves, so the dataset yields them all
+(``World.detect(wrapped=True)``).  A ``make_loader`` loader sets them when
+each epoch starts.  Each sample is checked: the image
 member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
 exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
@@ -56,7 +60,8 @@ from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
 from ..layouts.wds import META_EXTENSION, image_extensions
-from ..storage import join, mask
+from ..storage import join
+from ..storage_options import mask
 from ..world import World
 from .base import ImageRecords
 
@@ -83,6 +88,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             raise OptionError(f"buffer={buffer}, seed={seed}: both must be non-negative integers")
         self.shuffle, self.buffer, self.seed = shuffle, buffer, seed
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._own_world = rank is None and world_size is None  # follow the process group's
         self.rank, self.world_size = _world(rank, world_size)
         self.shards = _shard_table(self.manifest, self.path)
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
@@ -97,6 +103,8 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
+        if self._own_world:
+            self.rank, self.world_size = _world(None, None)
 
     def shard_paths(self) -> list:
         """The shards' paths (or URLs), in manifest order; checks their presence and size once per process."""
@@ -224,7 +232,7 @@ def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
 
 def _world(rank, world_size) -> Tuple[int, int]:
     if rank is None and world_size is None:
-        world = World.detect("auto")
+        world = World.detect("auto", wrapped=True)
         return world.rank, world.size
     if rank is None or world_size is None or not 0 <= rank < world_size:
         raise OptionError(f"rank={rank}, world_size={world_size}: give both, with 0 <= rank < world_size, "

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from pixfeed.errors import OptionError
+from pixfeed.storage import is_url
+from pixfeed.storage_options import add_argument, options_from_args
 from pixfeed.words import plural
 
 DEFAULT_SIZE = 224  # profile's size for datasets of mixed image sizes, as most training reads them
@@ -17,12 +19,14 @@ DEFAULT_SIZE = 224  # profile's size for datasets of mixed image sizes, as most 
 
 def add_doctor(sub: Any) -> None:
     p = sub.add_parser("doctor", help="what this machine gives a data loader, with a recommendation per check")
-    p.add_argument("path", nargs="?", help="a dataset or image folder: measure the storage under it")
+    p.add_argument("path", nargs="?", help="a dataset or image folder (or a URL, s3://bucket/prefix): "
+                                           "measure the storage under it")
     p.add_argument("--batch-size", type=int, default=256, help="batch size to size shared memory for (default 256)")
     p.add_argument("--size", help=f"image size S or HxW (default: the dataset's, else {DEFAULT_SIZE})")
     p.add_argument("--workers", type=int, help="loader workers to size shared memory for (default: make_loader's rule for the usable CPUs)")
     p.add_argument("--read-mb", type=int, default=256, help="MiB to read when measuring storage (default 256)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    add_argument(p)
     p.set_defaults(func=cmd_doctor)
 
 
@@ -46,7 +50,7 @@ def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int) -> 
     from pixfeed.decode import parse_size
 
     dataset = None
-    if path is not None and (Path(path) / "pixfeed.json").is_file():
+    if path is not None and not is_url(path) and (Path(path) / "pixfeed.json").is_file():
         dataset = open_dataset(path, size=size)
     shape = dataset.fixed_shape if dataset is not None else None
     if shape is None:
@@ -67,11 +71,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     _at_least(args, 1, "batch_size", "read_mb")
     _at_least(args, 0, "workers")
-    if args.path is not None and not Path(args.path).exists():
+    if args.path is not None and not is_url(args.path) and not Path(args.path).exists():
         raise OptionError(f"{args.path}: no such dataset or folder")
     batch_bytes, workers, store = _loader_guess(args.path, args.size, args.batch_size)
     findings = diagnose(args.path, batch_bytes=batch_bytes, workers=workers if args.workers is None else args.workers,
-                        read_limit=args.read_mb * 2**20, store=store)
+                        read_limit=args.read_mb * 2**20, store=store,
+                        storage_options=options_from_args(args.storage_option))
     print(json.dumps([f.to_dict() for f in findings], indent=1) if args.json else render(findings))
     return 0
 

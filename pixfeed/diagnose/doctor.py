@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import List, Optional
 
 from pixfeed import _jpeghead
-from pixfeed.diagnose import devices, storage, system
+from pixfeed.diagnose import bucket, devices, storage, system
 from pixfeed.texttable import table
 from pixfeed.diagnose.finding import INFO, OK, Finding, size
 from pixfeed.cpus import available_cpus
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
+from pixfeed.storage import is_url
 
 DEFAULT_BATCH_BYTES = 256 * 3 * 224 * 224  # a batch of 256 ImageNet-sized uint8 images
 PREFETCH = 2
@@ -26,8 +27,9 @@ PREFETCH = 2
 
 def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BYTES, workers: Optional[int] = None,
              cgroup_root: Optional[Path] = None, meminfo: Path = system.MEMINFO, shm_dir: str = SHM_DIR,
-             read_limit: int = storage.READ_LIMIT, store: Optional[str] = None) -> List[Finding]:
-    """Every check; the storage check only when ``path`` is given; ``store``: the dataset's, if one."""
+             read_limit: int = storage.READ_LIMIT, store: Optional[str] = None,
+             storage_options: Optional[dict] = None) -> List[Finding]:
+    """Every check; the storage check only when ``path`` (a folder or a URL) is given; ``store``: the dataset's."""
     if workers is None:
         workers = default_workers(available_cpus(cgroup_root))
     findings = [
@@ -38,9 +40,15 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
         check_decode(store),
         devices.check_torch(),
         devices.check_bandwidth(batch_bytes),
-        storage.check_storage(Path(path), read_limit) if path is not None else None,
+        _check_storage(path, read_limit, storage_options) if path is not None else None,
     ]
     return [f for f in findings if f is not None]
+
+
+def _check_storage(path, read_limit: int, storage_options: Optional[dict]) -> Finding:
+    if is_url(path):
+        return bucket.check_bucket(str(path), storage_options, read_limit)
+    return storage.check_storage(Path(path), read_limit)
 
 
 def check_decode(store: Optional[str] = None) -> Finding:

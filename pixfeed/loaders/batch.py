@@ -50,11 +50,6 @@ class BatchReader(Dataset):
         return self.dataset.get_batch(indices)
 
 
-def pass_through(batch: Batch) -> Batch:
-    """collate_fn for BatchReader: the batch is already gathered."""
-    return batch
-
-
 class _Failure:
     def __init__(self, error: BaseException) -> None:
         self.error = error

@@ -7,13 +7,24 @@ N x C x H x W tensor, a strided transpose that costs ~15 ms for 64 images of
 copy, ~1 ms) and returns the batch as N x C x H x W in channels_last strides:
 the same shape, and the layout ``get_batch`` returns and convolutions on GPUs
 prefer.  Anything else goes to ``default_collate`` unchanged.
+
+``Collate`` is the loader's ``collate_fn``: ``collate``, or the batch as
+``get_batch`` read it, with the images made NCHW-contiguous while Hugging Face
+Accelerate runs several processes.  Its ``dispatch_batches`` mode (the default
+for iterable datasets) broadcasts each batch from rank 0 into contiguous
+tensors, and torch.distributed copies raw memory whatever the strides
+(pytorch/pytorch#62283): channels_last images would arrive scrambled on every
+other rank.  Pickled for spawned workers, it carries the parent's answer, which
+a fresh process cannot see.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 from torch.utils.data import default_collate, get_worker_info
+
+from pixfeed.world import accelerate_splits
 
 
 def _hwc_view(x: Any) -> bool:
@@ -38,6 +49,34 @@ def collate(batch: Sequence[Any]) -> Any:
         if all(_hwc_view(x) and x.shape == images[0].shape for x in images):
             return [_stack_hwc(images), default_collate([sample[1] for sample in batch])]
     return default_collate(batch)
+
+
+def _share(batch: Any) -> None:
+    """Move a worker's batch into shared memory here, as ``default_collate`` builds it there: a full
+    ``/dev/shm`` then fails this call and reaches the training process as an error.  Left to the queue's
+    sending thread, the failure was only printed and the batch never arrived (the loader waited forever)."""
+    for tensor in batch if isinstance(batch, (tuple, list)) else (batch,):
+        if isinstance(tensor, torch.Tensor):
+            tensor.share_memory_()
+
+
+class Collate:
+    """``collate_fn``: ``collate`` (``whole_batches``: the batch as read), contiguous images under Accelerate."""
+
+    def __init__(self, whole_batches: bool, contiguous: Optional[bool] = None) -> None:
+        self.whole_batches, self.contiguous = whole_batches, contiguous
+
+    def __reduce__(self) -> Any:
+        return Collate, (self.whole_batches, accelerate_splits())
+
+    def __call__(self, batch: Any) -> Any:
+        out = batch if self.whole_batches else collate(batch)
+        if self.whole_batches and get_worker_info() is not None:
+            _share(out)
+        contiguous = accelerate_splits() if self.contiguous is None else self.contiguous
+        if contiguous and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+            out = type(out)([out[0].contiguous(), *out[1:]])
+        return out
 
 
 def batch_images(batch: Any) -> int:

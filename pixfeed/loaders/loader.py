@@ -4,11 +4,13 @@ The rules live in ``plan.py`` (and ``shm.py`` for shared memory); the result
 is attached as ``loader.pixfeed_plan`` and prints as a table of choices and reasons.
 
 Order and epochs: map-style datasets always go through torch's
-``DistributedSampler`` (with one replica when not distributed), so the order
-of epoch ``e`` is a function of ``(seed, e)`` alone.  ``PixfeedLoader`` calls
-``set_epoch`` on the sampler, and on the dataset when it has one, each time
-iteration starts, counting epochs itself; call ``loader.set_epoch(e)`` to
-resume at epoch ``e``.
+``DistributedSampler`` (``split.EpochSampler``, with one replica when not
+distributed), so the order of epoch ``e`` is a function of ``(seed, e)`` alone.
+``PixfeedLoader`` resolves the world and calls ``set_epoch`` on the sampler, and
+on the dataset when it has one, each time iteration starts, counting epochs
+itself; call ``loader.set_epoch(e)`` to resume at epoch ``e`` (a framework's
+``set_epoch`` on the sampler does the same).  How frameworks that rebuild or
+wrap the loader get exactly one split by rank: ``split.py``.
 
 Distributed padding: with ``drop_last=False`` the sampler repeats the first
 ``(-len(dataset)) % world_size`` samples of the epoch's order so that every
@@ -16,8 +18,8 @@ rank gets ``ceil(len / world_size)`` samples and the same number of batches;
 those few samples are seen twice.  With ``drop_last=True`` up to
 ``world_size - 1`` samples are left out instead and the last partial batch is
 dropped, so no sample is seen twice.  Iterable datasets split themselves by
-rank; ``make_loader`` gives them ``rank`` and ``world_size`` when they have
-those attributes.
+rank; the loader gives them ``rank`` and ``world_size`` when each epoch starts
+when they have those attributes.
 """
 from __future__ import annotations
 
@@ -25,40 +27,76 @@ import warnings
 from typing import Any, Dict, Iterator, Optional
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from pixfeed.cpus import available_cpus
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders import plan as rules
-from pixfeed.loaders.batch import BatchReader, ReadAhead, pass_through
-from pixfeed.loaders.collate import collate
+from pixfeed.loaders.batch import BatchReader, ReadAhead
+from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
+from pixfeed.loaders.progress import POLL, RecordedSampler
 from pixfeed.loaders.seeding import WorkerSeeder
-from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
+from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
+from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
+from pixfeed.loaders.watchdog import watched
 from pixfeed.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
-    """A DataLoader that starts each epoch with ``set_epoch`` and may read ahead in a thread."""
+    """A DataLoader that resolves the world and calls ``set_epoch`` when each epoch starts, and may read
+    ahead in a thread.  Its arguments are attributes of the same names, so frameworks that re-create
+    a DataLoader from its attributes (Lightning) re-create it whole."""
 
-    def __init__(self, *args: Any, plan: LoaderPlan, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pixfeed_plan: LoaderPlan, distributed: Distributed = "auto",
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pixfeed_plan = plan
+        self.pixfeed_plan = pixfeed_plan
+        self.distributed = distributed
         self.epoch = 0
+        self._warned = False
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (to resume training)."""
         self.epoch = require_int("epoch", epoch, 0)
 
+    def __len__(self) -> int:
+        self._use_world()
+        return super().__len__()
+
     def __iter__(self) -> Iterator[Any]:
+        sampler = self.sampler if isinstance(self.sampler, EpochSampler) else None
+        if sampler is not None and sampler.requested is not None:
+            self.epoch = sampler.requested  # a framework (Lightning's fit loop) set the sampler's epoch
         dataset = self.dataset.dataset if isinstance(self.dataset, BatchReader) else self.dataset
-        for target in (self.sampler, dataset):
-            if callable(getattr(target, "set_epoch", None)):
+        for target in (self.sampler, dataset):  # a framework's own sampler, the dataset
+            if target is not sampler and callable(getattr(target, "set_epoch", None)):
                 target.set_epoch(self.epoch)
+        self._use_world()
+        if sampler is not None:
+            sampler.start(self.epoch)
         self.epoch += 1
-        batches = super().__iter__()
+        batches = watched(self, super().__iter__)
         return ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+
+    def _use_world(self) -> World:
+        """This epoch's world, handed to the sampler or iterable dataset; fresh workers if it changed."""
+        world = World.detect(self.distributed)
+        if world != self.pixfeed_plan.world:
+            self.pixfeed_plan.world = world
+            self._iterator = None  # persistent workers hold the old rank: start new ones
+            if isinstance(self.worker_init_fn, WorkerSeeder):
+                self.worker_init_fn.rank = world.rank
+        warning = split_warning(self.sampler, self.distributed, world)
+        if warning and not self._warned:
+            self._warned = True
+            warnings.warn(f"pixfeed: {warning}", stacklevel=3)
+        if isinstance(self.sampler, EpochSampler):
+            self.sampler.use(world)
+        elif isinstance(self.dataset, IterableDataset):
+            split_iterable(self.dataset, world)
+        return world
 
 
 def make_loader(
@@ -74,6 +112,7 @@ def make_loader(
     read_ahead: Auto = "auto",
     seed: Optional[int] = None,
     distributed: Distributed = "auto",
+    stall_timeout: float = rules.STALL_TIMEOUT,
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
@@ -87,7 +126,7 @@ def make_loader(
         from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                            read_ahead=read_ahead, seed=seed, distributed=distributed)
+                            read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
@@ -95,15 +134,17 @@ def make_loader(
     world = World.detect(distributed)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
-    if plan.sharing_strategy == "file_system":
-        fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
+    plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
+    if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
+        torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
     source = BatchReader(dataset) if plan.path == "batch" else dataset
     return PixfeedLoader(
         source,
         batch_size=batch_size,
         drop_last=drop_last,
-        plan=plan,
-        **_ordering(source, plan, shuffle, drop_last, seed),
+        pixfeed_plan=plan,
+        distributed=distributed,
+        **_ordering(source, plan, shuffle, drop_last, seed, distributed),
         **_workers(plan, seed),
     )
 
@@ -132,10 +173,10 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     sample = sample_bytes(dataset, workers)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))
-    strategy = torch.multiprocessing.get_sharing_strategy()
-    reasons["sharing_strategy"] = "no workers" if not workers else "batch size in bytes unknown"
     if workers and batch_bytes is not None:
-        prefetch, strategy, reasons["sharing_strategy"] = plan_sharing(batch_bytes, workers, prefetch)
+        asked = num_workers != "auto" or prefetch_factor != "auto" or persistent_workers is True
+        workers, prefetch = fit_shared_memory(reasons, batch_bytes, workers, prefetch, asked)
+    strategy = take("sharing_strategy", choose_strategy(workers, prefetch or 0))
     return LoaderPlan(
         path=path,
         num_workers=workers,
@@ -151,15 +192,14 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     )
 
 
-def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool,
-              seed: Optional[int]) -> Dict[str, Any]:
-    collate_fn = pass_through if plan.path == "batch" else collate
+def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool, seed: Optional[int],
+              distributed: Distributed) -> Dict[str, Any]:
+    collate_fn = Collate(whole_batches=plan.path == "batch")
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
-        _split_iterable(source, plan.world)
         return {"collate_fn": collate_fn}
-    sampler = DistributedSampler(source, num_replicas=plan.world.size, rank=plan.world.rank,
-                                 shuffle=True if shuffle is None else shuffle, seed=seed or 0, drop_last=drop_last)
+    sampler = RecordedSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
+                              seed=seed or 0, drop_last=drop_last)
     return {"sampler": sampler, "collate_fn": collate_fn}
 
 
@@ -176,16 +216,6 @@ def _order_iterable(dataset: IterableDataset, shuffle: Optional[bool], seed: Opt
         setattr(dataset, name, value)
 
 
-def _split_iterable(dataset: IterableDataset, world: World) -> None:
-    if world.size == 1:
-        return
-    if hasattr(dataset, "rank") and hasattr(dataset, "world_size"):
-        dataset.rank, dataset.world_size = world.rank, world.size
-    else:
-        warnings.warn(f"{type(dataset).__name__} has no rank/world_size attributes: unless it splits "
-                      "its data by rank itself, every rank will read every sample", RuntimeWarning, stacklevel=4)
-
-
 def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:
     return {
         "num_workers": plan.num_workers,
@@ -194,4 +224,5 @@ def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:
         "prefetch_factor": plan.prefetch_factor,
         "worker_init_fn": WorkerSeeder(plan.world.rank) if plan.num_workers else None,
         "generator": torch.Generator().manual_seed(seed or 0),
+        "timeout": POLL if plan.num_workers else 0,  # each expiry checks on the workers (watchdog.py)
     }

@@ -3,8 +3,10 @@
 A pack is planned as independent *tasks*, each a disjoint slice of the
 source; a task reads its images, turns them into records and hands them to
 the format's writer, which writes that task's own part of the output (rows of
-a pre-sized array, a part file, a shard).  Tasks run in a process pool; only
-small metadata (checksums, shapes, skipped files) comes back through pipes.
+a pre-sized array, a part file, a shard).  Tasks run on an executor
+(``pixfeed.packers.executors``: a local process pool, or Ray tasks on a
+cluster); only small metadata (checksums, shapes, skipped files) comes back,
+and the driver joins the parts and writes the manifest last.
 
 Output goes to a hidden temporary sibling of DST (``.DST.pixfeed-tmp-PID``)
 and is renamed into place after the manifest is written, so a failed,
@@ -14,68 +16,25 @@ temporary directories of dead processes are removed by the next pack.
 from __future__ import annotations
 
 import datetime
-import multiprocessing as mp
 import os
 import shutil
-import signal
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Optional
 
 import numpy as np
 
 from .. import __version__, registry
 from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
-from ..cpus import available_cpus
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..source import scan
 from ..storage import is_url, local_path
+from .executors import make_executor, run_tasks
 from .options import PackOptions
-from .records import Record, load_record
 from .upload import Upload
-from .writer import TaskResult, Writer
-
-_WRITER: Optional[Writer] = None
-
-
-def _init_worker(writer: Writer) -> None:
-    global _WRITER
-    _WRITER = writer
-
-
-def _init_pool_worker(writer: Writer) -> None:
-    """Pool workers leave Ctrl-C to the main process (which terminates them) and die
-    on SIGTERM, whatever handlers the parent had installed before forking."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _init_worker(writer)
-
-
-def _run_task(args) -> TaskResult:
-    task, indices = args
-    w = _WRITER
-    result = TaskResult(task)
-
-    def records() -> Iterator[Record]:
-        for i, data in w.source.fetch(indices):
-            try:
-                rec = load_record(w.source, i, w.opts, result.notes, data)
-            except SourceError as e:
-                if w.opts.on_error == "fail":
-                    raise
-                result.skipped.append({"path": w.source.paths[i], "reason": str(e)})
-                continue
-            result.kept.append(rec.index)
-            result.checksums.append(rec.checksum)
-            result.shapes.append(rec.shape)
-            result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
-            yield rec
-
-    result.extra = w.write_task(task, indices, records())
-    return result
-
+from .writer import Writer
 
 def _remove_stale_tmp(dst: Path) -> None:
     for p in dst.parent.glob(f".{dst.name}.pixfeed-*-*"):
@@ -94,39 +53,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _run_tasks(writer: Writer, tasks: List[np.ndarray], workers: int, progress: bool,
-               done: Callable[[TaskResult], None] = lambda r: None) -> List[TaskResult]:
-    from .._progress import Bar
-
-    bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
-    jobs = list(enumerate(tasks))
-    results = []
-    try:
-        if workers == 1:
-            _init_worker(writer)
-            outputs = map(_run_task, jobs)
-            pool = None
-        else:
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            pool = ctx.Pool(workers, initializer=_init_pool_worker, initargs=(writer,))
-            outputs = pool.imap_unordered(_run_task, jobs)
-        for r in outputs:
-            results.append(r)
-            writer.task_done(r)
-            done(r)
-            bar.update(len(tasks[r.task]))
-        if pool is not None:
-            pool.close()
-            pool.join()
-    finally:
-        if workers > 1 and pool is not None:
-            pool.terminate()
-        bar.close()
-    return sorted(results, key=lambda r: r.task)
-
-
 def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_options: Optional[dict] = None,
-         **options) -> dict:
+         executor="local", address: Optional[str] = None, task_cpus: Optional[float] = None, **options) -> dict:
     """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
 
     ``src`` and ``dst`` may be URLs (``s3://bucket/prefix``; see pixfeed.storage,
@@ -135,30 +63,29 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     ...); one that ``format`` does not take (as ``shard_size`` for hdf5) raises
     OptionError naming the formats that take it.  Raises SourceError or
     OptionError with the file or option at fault; on any error nothing is left
-    at ``dst``.
+    at ``dst``.  ``executor`` runs the pack tasks: "local" (a process pool of
+    ``workers``) or "ray" (Ray tasks of ``task_cpus`` CPUs each on the cluster at
+    ``address``; see pixfeed.packers.ray_executor); both give the same dataset.
     """
     fmt = registry.get(format)
     opts = PackOptions.create(**options).resolve(fmt)
     cls = registry.writer_class(format)
+    executor = make_executor(executor, opts.workers, address, task_cpus)
     upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
     if upload is None:
         dst = _local_dst(local_path(dst), opts.overwrite)
     source = scan(src, opts.ext, storage_options)
-    if upload is None:
-        tmp = _local_tmp(dst, source)
-    else:
-        upload.prepare()
-        tmp = Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
+    tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
     start = time.perf_counter()
     writer: Optional[Writer] = None
     try:
         tmp.mkdir(exist_ok=upload is not None)
         writer = cls(tmp, source, opts)
-        workers = opts.workers or available_cpus()
-        tasks = writer.plan(workers)
-        writer.begin(tasks)
         done = (lambda r: upload.send(tmp, writer.finished(r))) if upload else (lambda r: None)
-        results = _run_tasks(writer, tasks, min(workers, len(tasks)), progress, done)
+        with executor:
+            tasks = writer.plan(executor.slots)
+            writer.begin(tasks)
+            results = run_tasks(writer, tasks, executor, progress, done)
         kept = np.array([i for r in results for i in r.kept], dtype=np.int64)
         skipped = [s for r in results for s in r.skipped]
         if len(kept) == 0:
@@ -202,6 +129,15 @@ def _local_tmp(dst: Path, source) -> Path:
                           "find it (as a class folder); choose a DST outside the source")
     _remove_stale_tmp(dst)
     return dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
+
+
+def _bucket_tmp(upload: Upload, source) -> Path:
+    """A local temporary folder for a pack into a bucket, after checking and preparing DST."""
+    if upload.store.url.startswith(f"{source.root}/"):
+        raise OptionError(f"destination {upload.store.url} is inside the source {source.root}, where the next "
+                          "scan would find it; choose a DST outside the source")
+    upload.prepare()
+    return Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
 
 
 def _check_replaceable(dst: Path, overwrite: bool) -> None:

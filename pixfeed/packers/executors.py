@@ -1,0 +1,149 @@
+"""Where a pack's tasks run: one task function, one join, two executors.
+
+``run_task`` is a pack task (read a slice of the source, turn it into
+records, hand them to the writer's ``write_task``); it runs wherever the
+executor puts it.  ``run_tasks`` is the join on the driver: it takes task
+results in completion order, hands each to the writer's ``task_done`` and
+advances the progress bar.  An executor only runs tasks and yields their
+results as they finish:
+
+* ``LocalExecutor`` (the default): a process pool on this machine.
+* ``RayExecutor`` (``pixfeed.packers.ray_executor``, the ``pixfeed[ray]``
+  extra): Ray tasks on a cluster (or a local Ray).
+
+A task may run more than once (Ray retries a task whose worker died), so a
+writer's ``write_task`` writes its output idempotently: rows in place, or
+files it creates afresh (opened with truncation) under names of its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import signal
+from typing import Callable, Iterator, List, Optional
+
+import numpy as np
+
+from ..cpus import available_cpus
+from ..errors import OptionError, SourceError
+from .records import Record, load_record
+from .writer import TaskResult, Writer
+
+EXECUTORS = ("local", "ray")
+_WRITER: Optional[Writer] = None
+
+
+def run_task(writer: Writer, task: int, indices) -> TaskResult:
+    """Pack the source images ``indices`` as task ``task``; return what the driver needs."""
+    result = TaskResult(task)
+
+    def records() -> Iterator[Record]:
+        for i, data in writer.source.fetch(indices):
+            try:
+                rec = load_record(writer.source, i, writer.opts, result.notes, data)
+            except SourceError as e:
+                if writer.opts.on_error == "fail":
+                    raise
+                result.skipped.append({"path": writer.source.paths[i], "reason": str(e)})
+                continue
+            result.kept.append(rec.index)
+            result.checksums.append(rec.checksum)
+            result.shapes.append(rec.shape)
+            result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
+            yield rec
+
+    result.extra = writer.write_task(task, indices, records())
+    return result
+
+
+def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", progress: bool,
+              done: Callable[[TaskResult], None] = lambda r: None) -> List[TaskResult]:
+    """Run ``tasks`` on ``executor``; the driver's join (``done`` sees each result after
+    the writer).  Results sorted by task."""
+    from .._progress import Bar
+
+    results = []
+    bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
+    with bar, contextlib.closing(executor.run(writer, tasks)) as outputs:
+        for r in outputs:
+            results.append(r)
+            writer.task_done(r)
+            done(r)
+            bar.update(len(tasks[r.task]))
+    return sorted(results, key=lambda r: r.task)
+
+
+class Executor:
+    """Runs pack tasks.  ``with executor:`` holds what it needs (a cluster connection);
+    ``slots`` is how many tasks it runs at once (the plan's parallelism)."""
+
+    slots = 1
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def run(self, writer: Writer, tasks: List[np.ndarray]) -> Iterator[TaskResult]:
+        """Yield each task's result as it finishes; stop the others when closed early."""
+        raise NotImplementedError
+
+
+def _init_worker(writer: Writer) -> None:
+    """Pool workers leave Ctrl-C to the main process (which terminates them) and die
+    on SIGTERM, whatever handlers the parent had installed before forking."""
+    global _WRITER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _WRITER = writer
+
+
+def _pool_task(job) -> TaskResult:
+    return run_task(_WRITER, *job)
+
+
+class LocalExecutor(Executor):
+    """A process pool of ``workers`` on this machine (forked after ``writer.begin``)."""
+
+    def __init__(self, workers: Optional[int] = None) -> None:
+        self.slots = workers or available_cpus()
+
+    def run(self, writer: Writer, tasks: List[np.ndarray]) -> Iterator[TaskResult]:
+        jobs = list(enumerate(tasks))
+        workers = min(self.slots, len(tasks))
+        if workers == 1:
+            yield from (run_task(writer, *job) for job in jobs)
+            return
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(writer,))
+        try:
+            yield from pool.imap_unordered(_pool_task, jobs)
+            pool.close()
+            pool.join()
+        finally:
+            pool.terminate()
+
+
+def make_executor(name, workers: Optional[int] = None, address: Optional[str] = None,
+                  task_cpus: Optional[float] = None) -> Executor:
+    """The executor called ``name`` ("local" or "ray"), or ``name`` itself if it is one."""
+    if isinstance(name, Executor):
+        return name
+    if name not in EXECUTORS:
+        raise OptionError(f"--executor {name!r}: expected {' or '.join(EXECUTORS)}")
+    if name == "local":
+        if address is not None or task_cpus is not None:
+            given = "--address" if address is not None else "--task-cpus"
+            raise OptionError(f"{given} applies to --executor ray only; leave it out or pass --executor ray")
+        return LocalExecutor(workers)
+    if workers is not None:
+        raise OptionError("--workers applies to --executor local; with --executor ray every CPU of the cluster "
+                          "runs tasks (use --task-cpus to give each task more)")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise OptionError("--executor ray needs Ray, which is not installed: pip install 'pixfeed[ray]'") from None
+    from .ray_executor import RayExecutor
+
+    return RayExecutor(address, task_cpus)
