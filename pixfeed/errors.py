@@ -52,3 +52,19 @@ def require_int(name: str, value: Any, minimum: int, auto: bool = False) -> int:
         either = "'auto' or " if auto else ""
         raise OptionError(f"{name} must be {either}an integer >= {minimum}, not {value!r}")
     return value
+
+
+class LoaderError(PixfeedError, RuntimeError):
+    """A loader cannot deliver a batch; the message names the worker, the records and the likely cause."""
+
+
+class SharedMemoryError(LoaderError):
+    """The batches in flight do not fit in ``/dev/shm``; the message gives the free space, the need and the fix."""
+
+
+class WorkerDiedError(LoaderError):
+    """A DataLoader worker process died (killed, out of memory, crashed) before delivering its batch."""
+
+
+class LoaderStalledError(LoaderError):
+    """A reader made no progress for ``stall_timeout`` seconds (stuck storage, a stopped worker)."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from pixfeed.errors import OptionError
+from pixfeed.errors import OptionError, SharedMemoryError
 from pixfeed.loaders import PixfeedLoader, make_loader, shm
 from pixfeed.loaders._testing import ArrayDataset, random_images
 from pixfeed.loaders.plan import PREFETCH_BUDGET
@@ -147,29 +147,40 @@ def test_prefetch_shrinks_with_big_batches(monkeypatch):
     assert PREFETCH_BUDGET >= 1 << 28
 
 
-@pytest.fixture
-def restore_sharing_strategy():
-    before = torch.multiprocessing.get_sharing_strategy()
-    yield
-    torch.multiprocessing.set_sharing_strategy(before)
-
-
-def test_shared_memory_shortage_lowers_prefetch_then_switches_strategy(monkeypatch, restore_sharing_strategy):
+def test_shared_memory_shortage_lowers_prefetch_then_reads_in_process(monkeypatch):
     dataset = ArrayDataset(random_images(64), augment=True)
     one_batch = (3 * 8 * 8 + 8) * 8
     monkeypatch.setattr(shm, "_warned", False)
     monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: one_batch * 2 * 2 * 2)  # 2 per worker
     plan = make_loader(dataset, 8, num_workers=2, prefetch_factor=4).pixfeed_plan
     assert (plan.prefetch_factor, plan.sharing_strategy) == (2, torch.multiprocessing.get_sharing_strategy())
+    assert "lowered from 4 to fit /dev/shm" in plan.reasons["prefetch_factor"]
     monkeypatch.setattr(shm, "shm_free_bytes", lambda path=shm.SHM_DIR: one_batch)
-    with pytest.warns(RuntimeWarning, match="--shm-size"):
-        loader = make_loader(dataset, 8, num_workers=2)
-    assert loader.pixfeed_plan.prefetch_factor == 1
-    assert torch.multiprocessing.get_sharing_strategy() == "file_system"
+    monkeypatch.setattr("pixfeed.loaders.loader.available_cpus", lambda: 2)
+    with pytest.warns(RuntimeWarning, match="num_workers=0.*--shm-size=1g"):
+        loader = make_loader(dataset, 8)
+    assert (loader.num_workers, loader.pixfeed_plan.prefetch_factor) == (0, None)
+    assert "does not fit: 1.6 KiB free in /dev/shm" in loader.pixfeed_plan.reasons["num_workers"]
     assert sorted(labels_of(loader)) == list(range(64))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        make_loader(dataset, 8, num_workers=2)  # warned once only
+        make_loader(dataset, 8)  # warned once only
+    with pytest.raises(SharedMemoryError, match=r"num_workers=2: /dev/shm has 1.6 KiB free, but 2 worker\(s\) "
+                                                r"need 3.1 KiB .*--shm-size=1g, or --ipc=host"):
+        make_loader(dataset, 8, num_workers=2)
+
+
+def test_file_system_sharing_only_for_a_low_open_file_limit(monkeypatch):
+    before = torch.multiprocessing.get_sharing_strategy()
+    dataset = ArrayDataset(random_images(16), augment=True)
+    assert make_loader(dataset, 4, num_workers=2).pixfeed_plan.sharing_strategy == before
+    monkeypatch.setattr(shm.resource, "getrlimit", lambda kind: (300, 300))  # < 2 x 4 x 8 + 256
+    try:
+        plan = make_loader(dataset, 4, num_workers=2, prefetch_factor=4).pixfeed_plan
+        assert plan.sharing_strategy == "file_system" == torch.multiprocessing.get_sharing_strategy()
+        assert "open-file limit 300 < 320" in plan.reasons["sharing_strategy"]
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
 
 
 def test_iterable_dataset_gets_set_epoch_and_rank(monkeypatch):

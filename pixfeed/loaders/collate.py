@@ -51,6 +51,15 @@ def collate(batch: Sequence[Any]) -> Any:
     return default_collate(batch)
 
 
+def _share(batch: Any) -> None:
+    """Move a worker's batch into shared memory here, as ``default_collate`` builds it there: a full
+    ``/dev/shm`` then fails this call and reaches the training process as an error.  Left to the queue's
+    sending thread, the failure was only printed and the batch never arrived (the loader waited forever)."""
+    for tensor in batch if isinstance(batch, (tuple, list)) else (batch,):
+        if isinstance(tensor, torch.Tensor):
+            tensor.share_memory_()
+
+
 class Collate:
     """``collate_fn``: ``collate`` (``whole_batches``: the batch as read), contiguous images under Accelerate."""
 
@@ -62,6 +71,8 @@ class Collate:
 
     def __call__(self, batch: Any) -> Any:
         out = batch if self.whole_batches else collate(batch)
+        if self.whole_batches and get_worker_info() is not None:
+            _share(out)
         contiguous = accelerate_splits() if self.contiguous is None else self.contiguous
         if contiguous and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
             out = type(out)([out[0].contiguous(), *out[1:]])

@@ -41,10 +41,11 @@ from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders import resume
-from pixfeed.loaders.sampler import ResumableSampler
+from pixfeed.loaders.progress import POLL, RecordedSampler
 from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
-from pixfeed.loaders.shm import fall_back_to_file_system, plan_sharing, shm_free_bytes
+from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
+from pixfeed.loaders.watchdog import watched
 from pixfeed.world import Distributed, World
 
 
@@ -93,7 +94,7 @@ class PixfeedLoader(DataLoader):
             sampler.start(self.epoch)
         point = resume.begin_epoch(self, self.epoch)
         self.epoch += 1
-        batches = super().__iter__()
+        batches = watched(self, super().__iter__)
         batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
         return self.pixfeed_progress.track(batches, self.epoch - 1, point)
 
@@ -129,6 +130,7 @@ def make_loader(
     read_ahead: Auto = "auto",
     seed: Optional[int] = None,
     distributed: Distributed = "auto",
+    stall_timeout: float = rules.STALL_TIMEOUT,
     order: str = "random",
     io_ahead: Auto = "auto",
 ) -> PixfeedLoader:
@@ -146,8 +148,8 @@ def make_loader(
         from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                            read_ahead=read_ahead, seed=seed, distributed=distributed, order=order,
-                            io_ahead=io_ahead)
+                            read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout,
+                            order=order, io_ahead=io_ahead)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
@@ -156,9 +158,10 @@ def make_loader(
     extents = None if isinstance(dataset, IterableDataset) else cacheplan.record_extents(dataset, io_ahead)
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
+    plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
     cacheplan.plan_memory(plan, dataset, extents, io_ahead, order, shuffle, batch_size)
-    if plan.sharing_strategy == "file_system":
-        fall_back_to_file_system(plan.num_workers * (plan.batch_bytes or 0), shm_free_bytes())
+    if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
+        torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
     source = BatchReader(dataset) if plan.path == "batch" else dataset
     if not isinstance(dataset, IterableDataset) and draws_randomness(dataset):
         source = SeededSamples(source, seed or 0)
@@ -197,10 +200,10 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     sample = sample_bytes(dataset, workers)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))
-    strategy = torch.multiprocessing.get_sharing_strategy()
-    reasons["sharing_strategy"] = "no workers" if not workers else "batch size in bytes unknown"
     if workers and batch_bytes is not None:
-        prefetch, strategy, reasons["sharing_strategy"] = plan_sharing(batch_bytes, workers, prefetch)
+        asked = num_workers != "auto" or prefetch_factor != "auto" or persistent_workers is True
+        workers, prefetch = fit_shared_memory(reasons, batch_bytes, workers, prefetch, asked)
+    strategy = take("sharing_strategy", choose_strategy(workers, prefetch or 0))
     return LoaderPlan(
         path=path,
         num_workers=workers,
@@ -222,8 +225,8 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
         return {"collate_fn": collate_fn}
-    sampler = ResumableSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
-                               seed=seed or 0, drop_last=drop_last)
+    sampler = RecordedSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
+                              seed=seed or 0, drop_last=drop_last)
     sampler.quasi = plan.quasi
     sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}
@@ -250,4 +253,5 @@ def _workers(plan: LoaderPlan, seed: int) -> Dict[str, Any]:
         "prefetch_factor": plan.prefetch_factor,
         "worker_init_fn": WorkerSeeder(plan.world.rank) if plan.num_workers else None,
         "generator": torch.Generator().manual_seed(seed or 0),
+        "timeout": POLL if plan.num_workers else 0,  # each expiry checks on the workers (watchdog.py)
     }

@@ -25,12 +25,15 @@
   ``set_epoch`` that keep the epoch in a plain attribute, which the copies in
   persistent workers would never see (pixfeed's WebDataset reader keeps it in
   shared memory: ``epoch_in_shared_memory``).
-* ``prefetch_factor``: batches each worker keeps ready,
-  ``PREFETCH_BUDGET // (batch bytes x workers)`` clamped to 1..4 (2 when the
-  batch size in bytes is unknown), then lowered to fit shared memory (``shm.py``).
+* ``stall_timeout``: seconds a reader may make no progress at all (no CPU
+  time, no byte read, no page fault) before the loader raises; 60 by default,
+  ample for any single read of a slow disk (``watchdog.py``).
 * ``storage``, ``io_ahead``, ``order``: the dataset against the memory this
   process may use, read-ahead in the sampler's order, and the quasi-random
   order for datasets larger than memory (``cacheplan.py``).
+* ``prefetch_factor``: batches each worker keeps ready,
+  ``PREFETCH_BUDGET // (batch bytes x workers)`` clamped to 1..4 (2 when the
+  batch size in bytes is unknown), then lowered to fit shared memory (``shm.py``).
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ Choice = Tuple[Any, str]
 PREFETCH_BUDGET = 1 << 30  # bytes of ready batches across all workers
 MAX_PREFETCH = 4
 CALLER = "set by caller"
+STALL_TIMEOUT = 60.0  # seconds a reader may go without progress (no CPU time, no byte read) before the loader raises
 
 
 @dataclass
@@ -67,6 +71,7 @@ class LoaderPlan:
     world: World
     cpus: int
     batch_bytes: Optional[int]
+    stall_timeout: float = 0.0
     storage: str = "unknown"
     io_ahead: int = 0
     order: str = "random"
@@ -76,7 +81,7 @@ class LoaderPlan:
 
     def __str__(self) -> str:
         names = ("path", "num_workers", "read_ahead", "pin_memory", "persistent_workers",
-                 "prefetch_factor", "sharing_strategy", "storage", "io_ahead", "order")
+                 "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead", "order")
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]
         head = f"pixfeed loader plan (rank {self.world.rank} of {self.world.size}, {self.cpus} usable CPUs):"
         return "\n".join([head, *rows])
@@ -114,6 +119,13 @@ def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches:
     if cpus == 2:
         return 2, "2 usable CPUs: one core left idle would cost half the decode rate"
     return wanted, f"{cpus} usable CPUs, one kept for the training process"
+
+
+def choose_stall_timeout(requested: Any) -> Choice:
+    if isinstance(requested, bool) or not isinstance(requested, (int, float)) or not requested > 0:
+        raise OptionError(f"stall_timeout must be a number of seconds > 0, not {requested!r}")
+    reason = CALLER if requested != STALL_TIMEOUT else "default: a reader without progress this long raises"
+    return float(requested), reason
 
 
 def choose_read_ahead(requested: Auto) -> Choice:

@@ -55,28 +55,34 @@ class Progress:
         self.point: Point = {}
         self.batches = 0
         self.finished = False
-        self.current: Optional[Counted] = None
+        self.generation = 0  # which iteration counts: an older epoch's iterator counts for nothing
 
     def track(self, batches: Iterator[Any], epoch: int, point: Point) -> Iterator[Any]:
         self.epoch, self.point, self.batches, self.finished = epoch, point, 0, False
-        self.current = Counted(batches, self)
-        return self.current
+        self.generation += 1
+        return Counted(batches, self)
 
 
 class Counted(Iterator[Any]):
-    """The epoch's batches, counted as the training loop takes them; ``len`` as the DataLoader's."""
+    """The epoch's batches, counted as the training loop takes them; ``len`` as the DataLoader's.
+
+    ``Progress`` keeps no reference to it: a cycle would leave the DataLoader's iterator to the garbage
+    collector, which may close its queues before it stops its workers (each then takes 5 s to join)."""
 
     def __init__(self, batches: Iterator[Any], progress: Progress) -> None:
-        self.batches, self.progress = batches, progress
+        self.batches, self.progress, self.generation = batches, progress, progress.generation
 
     def __next__(self) -> Any:
         try:
             batch = next(self.batches)
         except StopIteration:
-            self.progress.finished |= self.progress.current is self
+            self.progress.finished |= self._current()
             raise
-        self.progress.batches += self.progress.current is self  # an older epoch's iterator counts for nothing
+        self.progress.batches += self._current()
         return batch
+
+    def _current(self) -> bool:
+        return self.generation == self.progress.generation
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -23,7 +23,7 @@ would have read.
 ``quasi = (chunk, window)`` replaces the full shuffle with ``order.quasi_random``
 (drawn from the same generator), for datasets larger than memory.  ``hints``
 (a ``readahead.Hinter``) asks storage for the records of the next batches
-while the indices are handed out.
+while the indices are handed out (``follow``).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class ResumableSampler(EpochSampler):
         self.quasi: Optional[Tuple[int, int]] = None
         self.hints: Optional[Hinter] = None
 
-    def order(self) -> List[int]:
+    def epoch_order(self) -> List[int]:
         """The epoch's order of all ``n`` indices, the same on every rank."""
         n = len(self.dataset)
         if not self.shuffle:
@@ -67,8 +67,15 @@ class ResumableSampler(EpochSampler):
         self._resize()  # this epoch's world
         return (self.end - self.offset) // self.num_replicas
 
-    def __iter__(self) -> Iterator[int]:
+    def indices(self) -> List[int]:
+        """This rank's indices for the rest of the epoch."""
         self._resize()
-        order = self.order()
-        indices = [order[p % len(order)] for p in range(self.offset + self.rank, self.end, self.num_replicas)]
+        order = self.epoch_order()
+        return [order[p % len(order)] for p in range(self.offset + self.rank, self.end, self.num_replicas)]
+
+    def follow(self, indices: List[int]) -> Iterator[int]:
+        """Hand out ``indices``, reading ahead of them when ``hints`` is set."""
         return self.hints.follow(indices) if self.hints is not None else iter(indices)
+
+    def __iter__(self) -> Iterator[int]:
+        return self.follow(self.indices())

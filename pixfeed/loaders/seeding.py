@@ -10,7 +10,11 @@ last, the same seed repeats.  A dataset declares that it draws nothing with
 ``deterministic = True`` (pixfeed's datasets do without ``crop="random"`` or a
 ``transform``); its batches are then read with its own ``get_batch`` or
 ``__getitems__`` as before.  The epoch lives in shared memory, so persistent
-workers see ``set_epoch``.
+workers see ``set_epoch``.  Without workers the reading happens in the training
+process, whose RNG states are saved and restored around each batch; the
+process-wide RNGs are shared by its threads, so with ``read_ahead=True`` (a
+reader thread running beside the training loop) crops stay per-sample only if
+the training loop draws nothing from them meanwhile.
 
 Workers (``WorkerSeeder``): the DataLoader draws a base seed from its generator
 (seeded with ``seed``) each time worker processes start; worker ``w`` sees
