@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -76,6 +77,7 @@ def main() -> None:
         staged = best(lambda: cache.stage(f"{url}/lmdb", manifest, so, tempfile.mkdtemp(dir=work)), args.reps)
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
     mb = sum(files.values()) / 1e6
     rows = [("wds read, bucket vs local disk (2 workers)", n / bucket_read, n / local_read, "img/s", 0.8),
             ("cache staging vs raw parallel GETs", mb / staged, mb / raw, "MB/s", 0.7),

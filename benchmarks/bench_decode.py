@@ -7,7 +7,7 @@ loader worker); candidates take turns ``--reps`` times, so machine load hits
 all alike; each (image, candidate) keeps its fastest time.
 Rows: images/s and the ratio to ``usual`` (Pillow decode + Resize(256) +
 CenterCrop(224), torchvision's evaluation pipeline), then PSNR against
-pixfeed's exact path (short side to 224, center crop), which is what the fast
+pixfeed's exact path (the same Resize(256) + CenterCrop(224)), which is what the fast
 path must stay close to.  A second table re-encodes the images with
 ``--max-side`` values (JPEG quality 90) and reports size, fast-decode speed and
 PSNR against the exact decode of the original.

@@ -1,7 +1,7 @@
 """The fused read-time path behind ``decode(..., exact=False)``.
 
 Same rules and geometry (``geometry.plan``) as the exact path in ``decode.py``;
-three things differ:
+four things differ:
 
 1. JPEGs that ``_jpeghead.probe`` accepts are decoded by simplejpeg (when
    installed) into RGBX, with libjpeg-turbo's fast integer IDCT and plain chroma
@@ -12,7 +12,9 @@ three things differ:
    that still leaves ``DCT_MARGIN`` times the output resolution, so the
    antialiased resize that follows still does the low-pass filtering (at a
    margin of 1 the result drifted to 31 dB PSNR from Pillow's on real photos).
-3. One uint8 antialiased bilinear resize by torch (AVX2 kernels, 3-4x faster
+3. Random crops of such JPEGs decode only their box when the optional
+   ``pixfeed[region]`` extra is installed (``_regiondecode``).
+4. One uint8 antialiased bilinear resize by torch (AVX2 kernels, 3-4x faster
    than Pillow's), with the scale given explicitly so that output pixel
    centres fall where Pillow's do; center crops resize the whole image and
    slice, random crops resize only the box (as torchvision and the exact path
@@ -29,7 +31,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from . import _jpeghead
+from . import _jpeghead, _regiondecode
 from .decode import check_limit, open_image, sniff, to_rgb
 from .geometry import Plan, Size, plan
 from .errors import ImageDecodeError
@@ -63,6 +65,9 @@ def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, 
     w, h = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
     p = plan(w, h, size, resize_mode, crop, rng, crop_ratio) if size is not None else None
     d = dct_divisor(p) if p is not None else 1
+    box = _region(data, head, p, d, orientation) if head is not None and p is not None else None
+    if box is not None:
+        return finish(box, 1, p._replace(box=(0, 0, *p.src)), size)
     arr = _simplejpeg(data, head, d, orientation, fast=p is not None) if head is not None else None
     if arr is None:  # not for simplejpeg, or libjpeg-turbo complained: Pillow decides
         arr, d = _pillow(img or open_image(data, where, max_pixels), d, where)
@@ -110,6 +115,19 @@ def _pil_orientation(img, where: str) -> int:
         return int(img.getexif().get(0x0112, 1))
     except Exception as e:
         raise ImageDecodeError(f"{where}: cannot read EXIF ({type(e).__name__}: {e})") from None
+
+
+def _region(data: bytes, head: _jpeghead.JpegHead, p: Plan, d: int, orientation: int) -> Optional[np.ndarray]:
+    """The plan's random box decoded alone and oriented (``_regiondecode``); None: decode the whole image."""
+    if p.box is None or not _regiondecode.ENABLED:
+        return None
+    if d > 1:
+        _regiondecode.count("full: DCT scaling")
+        return None
+    arr = _regiondecode.decode_box(data, p.box, head.width, head.height, orientation)
+    if arr is None or orientation not in _ORIENT:
+        return arr
+    return np.ascontiguousarray(_ORIENT[orientation](arr))
 
 
 def _simplejpeg(data: bytes, head: _jpeghead.JpegHead, d: int, orientation: int,

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -99,3 +100,53 @@ class S3Server:
         for sock in self.sockets:
             sock.unlink(missing_ok=True)
         self.log.close()
+
+
+class CutProxy:
+    """A TCP proxy on 127.0.0.1 to ``port`` whose ``cut()`` drops every connection and refuses
+    new ones: the server dies, as far as the client can tell, while the bucket stays inspectable."""
+
+    def __init__(self, port: int):
+        self.target, self.conns, self.is_cut, self.lock = port, [], False, threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # cut
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                if self.is_cut:  # accepted just before the cut
+                    _drop([client, upstream])
+                    return
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        _drop([src, dst])
+
+    def cut(self) -> None:
+        with self.lock:
+            self.is_cut = True
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(); close() alone would not
+            self.listener.close()
+            _drop(self.conns)
+
+
+def _drop(socks: list) -> None:
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

@@ -3,6 +3,7 @@ pack to, pack from, stream and cache, with the same records and integrity checks
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -164,33 +165,32 @@ def test_cli_pack_info_verify_on_urls(tree, bucket, s3_server, monkeypatch, caps
     assert "OK" in capsys.readouterr().out
 
 
-def _stage_in_child(args):
-    url, options, cache_dir = args
-    return str(cache.stage(url, read_manifest(url, options), options, cache_dir))
+STAGE = """
+import json, sys
+from pixfeed import cache
+from pixfeed.manifest import read_manifest
+real = cache._download
+cache._download = lambda *args: print("downloading", flush=True) or real(*args)
+url, options, where = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+print(cache.stage(url, read_manifest(url, options), options, where))
+"""
 
 
-def test_cache_downloads_once_for_eight_processes_resumes_and_evicts(tree, tmp_path, bucket, s3_server, monkeypatch):
-    import multiprocessing as mp
+def test_cache_downloads_once_for_eight_processes_resumes_and_evicts(tree, tmp_path, bucket, s3_server):
+    import subprocess
+    import sys
 
     so, url, where = s3_server.options, f"{bucket}/lmdb", tmp_path / "cache"
     pack(tree, url, "lmdb", storage_options=so)
-    calls = mp.get_context("fork").Value("i", 0)
-    real = cache._download
-
-    def counting(*args):
-        with calls.get_lock():
-            calls.value += 1
-        return real(*args)
-
-    monkeypatch.setattr(cache, "_download", counting)
-    with mp.get_context("fork").Pool(8) as pool:
-        folders = pool.map(_stage_in_child, [(url, so, where)] * 8)
-    assert calls.value == 1 and len(set(folders)) == 1
-    folder = tmp_path / folders[0]
+    ranks = [subprocess.Popen([sys.executable, "-c", STAGE, url, json.dumps(so), str(where)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(8)]  # as 8 ranks starting at once
+    outputs = [rank.communicate(timeout=120)[0].split() for rank in ranks]
+    assert all(rank.returncode == 0 for rank in ranks)
+    assert sum(out.count("downloading") for out in outputs) == 1 and len({out[-1] for out in outputs}) == 1
+    folder = Path(outputs[0][-1])
     # an interrupted download: one file finished, one half-written .part, no manifest -> only the rest is fetched
     (folder / "pixfeed.json").unlink()
     (folder / "data.mdb").rename(folder / "data.mdb.part")
-    monkeypatch.undo()
     before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name != "data.mdb.part"}
     ds = open_dataset(url, storage_options=so, cache_dir=where)
     assert ds.path == folder and ds[0][0].shape[0] == 3
@@ -224,3 +224,29 @@ def test_doctor_measures_a_bucket(tree, bucket, s3_server, capsys):
     data = found["data"]
     assert data["latency_s"] > 0 and data["parallel_bytes_per_s"] > 0 and data["bytes_per_record"] > 0
     assert "shards at once" in found["advice"] and s3_server.options["secret"] not in found["value"]
+
+
+def test_server_lost_mid_pack_leaves_no_manifest_and_the_next_pack_recovers(tree, bucket, s3_server, monkeypatch):
+    from pixfeed.packers import executors
+    from s3server import CutProxy
+
+    proxy, url = CutProxy(s3_server.port), f"{bucket}/ds"
+    dying = {**s3_server.options, "endpoint_url": f"http://127.0.0.1:{proxy.port}",
+             "config_kwargs": {"retries": {"max_attempts": 1}}}  # fail fast once it is gone
+    real = executors.load_record
+
+    def cutting(source, i, *rest):
+        if i == 8:
+            proxy.cut()  # from here on the server is unreachable for the pack
+        return real(source, i, *rest)
+
+    monkeypatch.setattr(executors, "load_record", cutting)
+    with pytest.raises(StorageError, match=f"{url}/"):
+        pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=dying)
+    monkeypatch.setattr(executors, "load_record", real)
+    so = s3_server.options
+    left = Store(url, so).list()
+    assert "pixfeed.json" not in left and ".pixfeed-packing" in left  # the marker: a killed pack's leftovers
+    Store(url, so).write("shard-000003.tar", b"half an upload")
+    m = pack(tree, url, "wds", shard_size=5, storage_options=so)
+    assert sorted(Store(url, so).list()) == sorted([*m["files"], "pixfeed.json"])

@@ -1,0 +1,103 @@
+"""Region decode (optional extra pixfeed[region]): the random box decoded alone is the
+same box of the image, pixel for pixel, in every orientation and JPEG kind; random
+crops keep their geometry and RNG draws; full decodes taken instead are counted."""
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from pixfeed import _regiondecode
+from pixfeed.decode import decode
+from pixfeed.errors import ImageDecodeError
+from conftest import write_image
+
+pytestmark = pytest.mark.skipif(not _regiondecode.ENABLED,
+                                reason="nvidia-nvimgcodec-cu12 not installed (pip install 'pixfeed[region]')")
+KINDS = [("RGB", {}), ("L", {}), ("RGB", {"progressive": True}), ("RGB", {"subsampling": 0})]
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b) ** 2)
+    return math.inf if mse == 0 else 10 * math.log10(255 ** 2 / mse)
+
+
+def jpeg(tmp_path, size, mode="RGB", orientation=1, **save) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = write_image(tmp_path / "a.jpg", size=size, mode=mode, seed=sum(size), exif=exif.tobytes(), **save)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+@pytest.mark.parametrize("mode,save", KINDS, ids=["rgb", "gray", "progressive", "444"])
+def test_box_is_the_same_box_of_the_oriented_image(tmp_path, orientation, mode, save):
+    data = jpeg(tmp_path, (67, 45), mode, orientation, **save)
+    full = ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB")
+    box = (5, 3, 36, 40) if orientation > 4 else (7, 4, 60, 31)  # within the oriented image, odd offsets
+    raw = _regiondecode.decode_box(data, box, 67, 45, orientation)
+    got = np.asarray(ImageOps.exif_transpose(_with_orientation(raw, orientation)))
+    np.testing.assert_array_equal(got, np.asarray(full.crop(box)))
+
+
+def _with_orientation(arr: np.ndarray, orientation: int) -> Image.Image:
+    img = Image.fromarray(arr)
+    exif = img.getexif()
+    exif[0x0112] = orientation
+    img.info["exif"] = exif.tobytes()
+    return img
+
+
+@pytest.mark.parametrize("size", [(101, 75), (75, 101)])
+@pytest.mark.parametrize("orientation", [1, 6])
+def test_random_crops_keep_geometry_and_draws(tmp_path, monkeypatch, size, orientation):
+    data = jpeg(tmp_path, size, orientation=orientation)
+    before = _regiondecode.stats().get("region", 0)
+    rngs = [np.random.default_rng(4) for _ in range(3)]
+    exact = [decode(data, size=(24, 20), crop="random", rng=rngs[0], exact=True) for _ in range(6)]
+    region = [decode(data, size=(24, 20), crop="random", rng=rngs[1]) for _ in range(6)]
+    assert _regiondecode.stats()["region"] == before + 6
+    monkeypatch.setattr(_regiondecode, "ENABLED", False)
+    whole = [decode(data, size=(24, 20), crop="random", rng=rngs[2]) for _ in range(6)]
+    assert len({r.random() for r in rngs}) == 1  # the same draws on every path
+    for e, r, w in zip(exact, region, whole):
+        assert psnr(e, r) >= 35 and psnr(w, r) >= 35
+
+
+def test_cmyk_and_center_crops_decode_whole(tmp_path):
+    before = _regiondecode.stats()
+    cmyk = jpeg(tmp_path, (90, 70), "CMYK")
+    assert psnr(decode(cmyk, size=(24, 24), crop="random", rng=np.random.default_rng(1)),
+                decode(cmyk, size=(24, 24), crop="random", rng=np.random.default_rng(1), exact=True)) >= 35
+    decode(jpeg(tmp_path, (90, 70)), size=(24, 24))
+    assert _regiondecode.stats() == before
+
+
+def test_full_decodes_taken_instead_are_counted(tmp_path):
+    before = _regiondecode.stats()
+    big = jpeg(tmp_path, (640, 480), quality=95)  # boxes >= 2x the 16 px output: DCT-scaled full decode
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        decode(big, size=(16, 16), crop="random", rng=rng)
+    assert _regiondecode.stats()["full: DCT scaling"] == before.get("full: DCT scaling", 0) + 5
+    with pytest.raises(ImageDecodeError):
+        decode(big[: len(big) // 3], size=(300, 300), crop="random", rng=rng)
+    refused = "full: nvimgcodec refused the stream"
+    assert _regiondecode.stats()[refused] == before.get(refused, 0) + 1
+
+
+def _decode_in_child(data: bytes) -> tuple:
+    out = decode(data, size=(24, 20), crop="random", rng=np.random.default_rng(9))
+    return out, _regiondecode.stats()["region"]
+
+
+def test_forked_workers_get_their_own_decoder(tmp_path):
+    import multiprocessing
+    data = jpeg(tmp_path, (101, 75))
+    want = decode(data, size=(24, 20), crop="random", rng=np.random.default_rng(9))  # the parent's decoder exists
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got, count = pool.apply(_decode_in_child, (data,))
+    assert np.array_equal(got, want) and count >= 1
