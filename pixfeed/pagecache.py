@@ -14,7 +14,7 @@ import mmap
 import os
 import time
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 CHUNK = 8 << 20
 _PAGE = mmap.PAGESIZE
@@ -65,17 +65,23 @@ def read_rate(files: List[Path], cold: bool) -> dict:
         _read_all(files)
     resident = resident_fraction(files) if cold else None
     start = time.perf_counter()
-    nbytes = _read_all(files)
+    nbytes, slowest = _read_all(files)
     seconds = max(time.perf_counter() - start, 1e-9)
     return {"bytes_per_s": nbytes / seconds, "bytes": nbytes, "seconds": seconds,
-            "resident_before": resident}
+            "resident_before": resident, "slowest_read_s": slowest}
 
 
-def _read_all(files: List[Path]) -> int:
-    total = 0
+def _read_all(files: List[Path]) -> Tuple[int, float]:
+    """(bytes read, seconds of the slowest single read of up to CHUNK bytes)."""
+    total, slowest = 0, 0.0
     buf = bytearray(CHUNK)
     for path in files:
         with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(buf):
+            while True:
+                start = time.perf_counter()
+                n = f.readinto(buf)
+                slowest = max(slowest, time.perf_counter() - start)
+                if not n:
+                    break
                 total += n
-    return total
+    return total, slowest

@@ -4,20 +4,25 @@
 (the test starts this script in one), with the CPUs idle, then 20 with two
 processes spinning on them.  ``oom``: a worker goes over a cgroup v1 memory
 limit; exit status 77 (with the reason) when the machine has no memory
-controller or this is not root.
+controller or this is not root.  ``ddp RANK PORT``: one of two gloo ranks,
+rank 1 losing a DataLoader worker mid-epoch.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+import torch.distributed as dist
+from torch.utils.data import get_worker_info
 
 from pixfeed.loaders import make_loader
 from pixfeed.loaders._testing import ArrayDataset, random_images
@@ -95,10 +100,42 @@ def oom() -> dict:
     return {"error": result["outcome"], "seconds": result["seconds"], "group": str(group)}  # the test removes it
 
 
+class KilledInRank1(ArrayDataset):
+    """Rank 1's worker 0 is killed (SIGKILL) on its third sample."""
+
+    calls = 0
+
+    def __getitem__(self, index: int):
+        self.calls += 1
+        worker = get_worker_info()
+        if os.environ["RANK"] == "1" and worker is not None and worker.id == 0 and self.calls == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(index)
+
+
+def ddp(rank: int, port: int) -> dict:
+    """One of two gloo ranks (a 5 s process-group timeout); rank 1 loses a worker mid-epoch."""
+    os.environ["RANK"] = str(rank)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=timedelta(seconds=5))
+    loader = make_loader(KilledInRank1(random_images(64), augment=True), 4, num_workers=2)
+    start = time.monotonic()
+    try:
+        for _ in loader:
+            pass
+        dist.barrier()  # rank 0 waits here for the rank that failed
+        result = "finished"
+    except Exception as error:  # noqa: BLE001 - reported to the test
+        result = f"{type(error).__name__}: {error}"
+    return {"error": result, "seconds": time.monotonic() - start}
+
+
 if __name__ == "__main__":
     warnings.simplefilter("ignore")
     if sys.argv[1] == "shm":  # run by the test inside a private mount namespace with a 1 MiB /dev/shm
         assert shutil.disk_usage("/dev/shm").total <= 1 << 20
         print(json.dumps({"idle": shm(0), "busy": shm(2)}))
+    elif sys.argv[1] == "ddp":
+        print(json.dumps(ddp(int(sys.argv[2]), int(sys.argv[3]))))
     else:
         print(json.dumps(oom()))

@@ -116,6 +116,13 @@ def test_slow_storage_advises_packing_only_a_folder():
     assert "pixfeed pack" in folder and "pixfeed pack" not in dataset and "local NVMe" in dataset
 
 
+def test_a_read_that_pauses_is_a_latency_spike_even_when_the_average_is_fast():
+    note, status = storage._advice(2e9, 256 * MiB, None, 0.0, slowest=1.5)
+    assert status == "warn" and "latency spike: one 8 MiB read took 1.5 s" in note and "stall_timeout" in note
+    assert storage._advice(2e9, 256 * MiB, None, 0.0, slowest=0.2)[1] == "ok"  # short, however uneven
+    assert storage._advice(10e6, 256 * MiB, None, 0.0, slowest=4.0)[0].count("spike") == 0  # 10 MB/s: 0.8 s a read
+
+
 def test_missing_shm_dir(tmp_path):
     assert system.check_shm(MiB, str(tmp_path / "absent")).status == "info"
 
@@ -127,6 +134,7 @@ def test_storage_reads_files_up_to_the_limit(tmp_path):
     finding = storage.check_storage(tmp_path, limit=MiB + 1)
     assert finding.data["bytes"] == 2 * MiB and finding.data["files"] == 2
     assert finding.data["cold_bytes_per_s"] > 0 and finding.data["warm_bytes_per_s"] > 0
+    assert 0 < finding.data["cold_slowest_read_s"] <= 2 * MiB / finding.data["cold_bytes_per_s"]
 
 
 def test_storage_of_a_packed_dataset_uses_its_manifest(image_tree, tmp_path):

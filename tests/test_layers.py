@@ -25,13 +25,13 @@ import pixfeed
 CORE, FORMATS, LOADERS, TOOLS = range(4)
 LAYERS = {
     # core: records, manifest, format registry and on-disk layouts, decode, checksums, the machine,
-    # the distributed world, storage (URLs, the local cache of remote datasets), shared helpers
+    # the distributed world, per-sample seeds, storage (URLs, the local cache of remote datasets), shared helpers
     "__init__.py": CORE, "errors.py": CORE, "checksum.py": CORE, "record.py": CORE, "manifest.py": CORE,
     "registry.py": CORE, "source.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
     "_jpeghead.py": CORE, "_regiondecode.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE,
     "pagecache.py": CORE,
     "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
-    "storage_options.py": CORE, "cache.py": CORE,
+    "storage_options.py": CORE, "cache.py": CORE, "seeds.py": CORE,
     # formats: writers, readers, and checking a packed dataset
     "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
     "loaders/": LOADERS,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -208,3 +209,20 @@ def test_a_worker_over_the_memory_limit_raises_naming_the_oom_killer():
     assert result["seconds"] < BOUND_S * 2, result
     assert result["error"].startswith("WorkerDiedError"), result
     assert "out-of-memory killer (the memory cgroup's oom_kill count rose" in result["error"], result
+
+
+def test_under_ddp_the_rank_that_lost_a_worker_raises_and_the_other_is_bounded_by_the_group_timeout():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    ranks = [subprocess.Popen([sys.executable, str(CHILD), "ddp", str(rank), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for rank in (0, 1)]
+    results = []
+    for rank in ranks:
+        out, err = rank.communicate(timeout=300)
+        assert rank.returncode == 0, err[-3000:]
+        results.append(json.loads(out.splitlines()[-1]))
+    assert results[1]["error"].startswith("WorkerDiedError: DataLoader worker 0"), results
+    assert "killed by SIGKILL" in results[1]["error"] and results[1]["seconds"] < BOUND_S, results
+    assert results[0]["error"] != "finished" and results[0]["seconds"] < 5 + BOUND_S, results  # the group timeout

@@ -19,7 +19,10 @@ per-process handles, checksum checks on read, and turning stored records into
   every read path and ``pixfeed verify`` use it (protocols: ``protocol.py``).
 * ``image`` is a uint8 CHW RGB tensor; ``size=`` and ``crop=`` ("center" or
   "random": random-resized crop + horizontal flip drawn from torch's RNG)
-  give every image one shape; ``transform`` is applied last.
+  give every image one shape; ``transform`` is applied last.  ``make_loader``
+  seeds the RNGs per sample from (seed, epoch, index) (``pixfeed.seeds``), so
+  a crop does not depend on the worker that made it; ``deterministic`` says
+  when reading draws no random numbers at all.
 * Encoded records: a center crop is torchvision's ``Resize(floor(S / crop_ratio))``
   + ``CenterCrop(S)`` (``crop_ratio`` default 224/256; see ``pixfeed.geometry``).
   Stored pixels were resized at pack time: ``size=`` smaller than them is a
@@ -142,6 +145,11 @@ class ImageRecords:
         if self.stored_shape is not None:
             return (3, *self.stored_shape[:2])
         return None
+
+    @property
+    def deterministic(self) -> bool:
+        """True when reading a sample draws no random numbers (no random crop, no transform)."""
+        return self.crop != "random" and self.transform is None
 
     @property
     def cpu_bound(self) -> bool:

@@ -21,6 +21,13 @@ is its key).  Each epoch (``set_epoch``) is split like this:
    reads).  A worker left with nothing ends at once.
 4. Shuffling: a buffer of ``buffer`` samples per worker (stored bytes, decoded
    on the way out), seeded from ``(seed, epoch, rank, worker)``.
+5. Random crops and transforms draw from RNGs seeded per sample from
+   ``(seed, epoch, record index)`` (``pixfeed.seeds``).
+6. Resuming (``resume``, driven by ``pixfeed.loaders.resume``): worker ``w``
+   skips the first ``n_w`` samples of its shuffled stream without decoding
+   them (their stored bytes are still read through the shuffle buffer, which
+   must see them to reproduce the order), and DataLoader worker 0 reads the
+   stream of the worker that was next in turn.
 
 The epoch lives in a one-number tensor in shared memory, so persistent
 DataLoader workers see ``set_epoch`` from the main process (their copies of a
@@ -50,7 +57,8 @@ import os
 import random
 import tarfile
 import warnings
-from typing import Iterator, List, Tuple
+from itertools import islice
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -60,6 +68,7 @@ from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
 from ..layouts.wds import META_EXTENSION, image_extensions
+from ..seeds import sample_rngs
 from ..storage import join
 from ..storage_options import mask
 from ..world import World
@@ -92,6 +101,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         self.rank, self.world_size = _world(rank, world_size)
         self.shards = _shard_table(self.manifest, self.path)
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
+        self._resume = None
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch."""
@@ -117,10 +127,24 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         shard = self.shards[int(np.searchsorted(self._starts, i, side="right")) - 1]
         return f"{super().where(i)} in shard {shard['name']}"
 
+    def resume(self, epoch: int, worker_consumed: Optional[List[int]], first_worker: int = 0) -> None:
+        """Make epoch ``epoch`` skip, in each worker, the first ``worker_consumed[w]`` samples of its
+        stream, with DataLoader worker 0 reading worker ``first_worker``'s (``pixfeed.loaders.resume``)."""
+        self._resume = None if worker_consumed is None else (int(epoch), list(worker_consumed), int(first_worker))
+
+    def worker_counts(self, workers: int) -> List[int]:
+        """Samples each of ``workers`` DataLoader workers yields this epoch on this rank."""
+        counts = []
+        for worker in range(workers):
+            pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
+            counts.append(len(range(worker % stride, sum(stop - first for _, first, stop in pieces), stride)))
+        return counts
+
     def __iter__(self) -> Iterator:
         paths = self.shard_paths()
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        worker, skip = self._resumed(worker, workers)
         pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
         records = self._select(paths, pieces, stride, worker % stride)
         if self.shuffle and self.buffer > 1:
@@ -129,8 +153,22 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             key = np.random.SeedSequence([self.seed, self.epoch, self.rank, worker]).generate_state(1, np.uint64)
             rng = random.Random(int(key[0]))
             records = buffer_shuffle(self.buffer, initial=self.buffer, rng=rng)(records)
-        for s, i, sample in records:
-            yield self._decode(s, i, sample)
+        for s, i, sample in islice(records, skip, None):
+            with sample_rngs(self.seed, self.epoch, i):  # a random crop depends on the sample, not the worker
+                item = self._decode(s, i, sample)
+            yield item
+
+    def _resumed(self, worker: int, workers: int) -> Tuple[int, int]:
+        """(the worker whose stream this one reads, samples of it to skip) for this epoch."""
+        if self._resume is None or self._resume[0] != self.epoch:
+            return worker, 0
+        _, consumed, first = self._resume
+        if len(consumed) != workers:
+            raise OptionError(f"{self.path}: resuming epoch {self.epoch} saved with {len(consumed)} DataLoader "
+                              f"workers, but reading with {workers}; make the loader with num_workers="
+                              f"{len(consumed)}")
+        worker = (worker + first) % workers
+        return worker, consumed[worker]
 
     def _rank_pieces(self) -> List[Piece]:
         """The parts of shards this rank reads this epoch, in reading order."""

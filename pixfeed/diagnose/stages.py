@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, Iterator
 from torch.utils.data import DataLoader, IterableDataset
 
 from pixfeed.loaders.batch import BatchReader
-from pixfeed.loaders.seeding import preserved_rngs
+from pixfeed.loaders.seeding import SeededSamples
+from pixfeed.seeds import preserved_rngs
 
 STAGES = ("read", "decode", "transform", "collate", "other")
 HOOKS = {"read_stored": "read", "check_checksum": "read", "pixels": "decode", "transform": "transform"}
@@ -79,9 +80,10 @@ def sample_stages(loader: Any, batches: int = 2) -> Dict[str, float]:
     {} unless ``loader`` is a DataLoader."""
     if not isinstance(loader, DataLoader) or batches < 1:
         return {}
-    batched = isinstance(loader.dataset, BatchReader)
+    source = loader.dataset.source if isinstance(loader.dataset, SeededSamples) else loader.dataset
+    batched = isinstance(source, BatchReader)
     seconds = dict.fromkeys(STAGES, 0.0)
-    probe = instrumented(loader.dataset.dataset if batched else loader.dataset, seconds)
+    probe = instrumented(source.dataset if batched else source, seconds)
     if getattr(probe, "buffer", 0):  # a shuffle buffer reads far ahead of the samples timed here
         probe.buffer = 0
     count = 0

@@ -10,13 +10,18 @@ are read in order twice with ``pixfeed.pagecache.read_rate``:
   report says so when the cold read was not cold.
 * warm: the same bytes from the page cache (what later epochs see when the
   dataset fits in memory).
+
+The slowest single read of the cold pass is kept too: one that took over
+``SPIKE_S`` and ``SPIKE_RATIO`` times what the average rate allows is reported
+as a latency spike (a network or FUSE mount that pauses), which stalls
+training however fast the average is.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from pixfeed.pagecache import read_rate
+from pixfeed.pagecache import CHUNK, read_rate
 from pixfeed.diagnose.finding import OK, WARN, Finding, size
 from pixfeed.errors import PixfeedError
 from pixfeed.manifest import read_manifest
@@ -25,6 +30,7 @@ READ_LIMIT = 256 * 2**20
 SLOW = 200e6  # bytes/s below which storage, not decoding, is likely to cap a GPU
 ENOUGH = 16 * 2**20  # below this many bytes, opening files dominates and the rate says little
 STILL_CACHED = 0.5  # resident fraction after eviction above which "cold" was not cold
+SPIKE_S, SPIKE_RATIO = 0.5, 10  # a single read slower than both this and 10x the average is a latency spike
 
 
 def data_files(path: Path) -> Tuple[List[Path], Optional[float]]:
@@ -59,12 +65,19 @@ def check_storage(path: Path, limit: int = READ_LIMIT) -> Finding:
              f"({size(nbytes)} in {len(files)} files)")
     data = {"path": str(path), "bytes": nbytes, "files": len(files), "cold_bytes_per_s": cold["bytes_per_s"],
             "warm_bytes_per_s": warm["bytes_per_s"], "cold_resident_fraction": cold["resident_before"],
-            "bytes_per_record": per_record}
-    return Finding("storage", value, *_advice(cold["bytes_per_s"], nbytes, per_record, cold["resident_before"]), data)
+            "bytes_per_record": per_record, "cold_slowest_read_s": cold["slowest_read_s"]}
+    return Finding("storage", value, *_advice(cold["bytes_per_s"], nbytes, per_record, cold["resident_before"],
+                                              cold["slowest_read_s"]), data)
 
 
-def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Optional[float]) -> Tuple[str, str]:
+def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Optional[float],
+            slowest: float = 0.0) -> Tuple[str, str]:
     notes = []
+    spike = slowest > max(SPIKE_S, SPIKE_RATIO * CHUNK / max(rate, 1.0))
+    if spike:
+        notes.append(f"latency spike: one {CHUNK >> 20} MiB read took {slowest:.1f} s, {SPIKE_RATIO}x more than "
+                     "the average rate allows (a network or FUSE mount that pauses?); make_loader raises only "
+                     "after stall_timeout (60 s) without any progress, but every pause stalls training")
     slow = rate < SLOW and nbytes >= ENOUGH
     if slow:
         notes.append("slow storage: copy the dataset to local NVMe or RAM" +
@@ -75,4 +88,4 @@ def _advice(rate: float, nbytes: int, per_record: Optional[float], resident: Opt
         notes.append(f"storage alone caps reading at {rate / per_record:.0f} images/s cold")
     if resident is not None and resident > STILL_CACHED:
         notes.append(f"the cold read was not cold: {resident:.0%} of the pages stayed cached (tmpfs, overlay?)")
-    return "; ".join(notes) or "fast enough for sequential reads", WARN if slow else OK
+    return "; ".join(notes) or "fast enough for sequential reads", WARN if slow or spike else OK

@@ -19,6 +19,7 @@ class ArrayDataset(Dataset):
         self.labels = np.arange(len(images), dtype=np.int64) if labels is None else labels
         self.augment = augment
         self.cpu_bound = augment
+        self.deterministic = not augment
         self.fixed_shape: Optional[Tuple[int, int, int]] = (images.shape[3], images.shape[1], images.shape[2])
         self.batch_calls = 0
 

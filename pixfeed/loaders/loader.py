@@ -4,8 +4,10 @@ The rules live in ``plan.py`` (and ``shm.py`` for shared memory); the result
 is attached as ``loader.pixfeed_plan`` and prints as a table of choices and reasons.
 
 Order and epochs: map-style datasets always go through torch's
-``DistributedSampler`` (``split.EpochSampler``, with one replica when not
-distributed), so the order of epoch ``e`` is a function of ``(seed, e)`` alone.
+``DistributedSampler`` order (``sampler.ResumableSampler``, a
+``split.EpochSampler`` that can start part-way through an epoch, with one
+replica when not distributed), so the order of epoch ``e`` is a function of
+``(seed, e)`` alone; random augmentations are seeded per sample (``seeding.py``).
 ``PixfeedLoader`` resolves the world and calls ``set_epoch`` on the sampler, and
 on the dataset when it has one, each time iteration starts, counting epochs
 itself; call ``loader.set_epoch(e)`` to resume at epoch ``e`` (a framework's
@@ -36,8 +38,9 @@ from pixfeed.loaders.batch import BatchReader, ReadAhead
 from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
+from pixfeed.loaders import resume
 from pixfeed.loaders.progress import POLL, RecordedSampler
-from pixfeed.loaders.seeding import WorkerSeeder
+from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
 from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
 from pixfeed.loaders.watchdog import watched
@@ -45,8 +48,9 @@ from pixfeed.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
-    """A DataLoader that resolves the world and calls ``set_epoch`` when each epoch starts, and may read
-    ahead in a thread.  Its arguments are attributes of the same names, so frameworks that re-create
+    """A DataLoader that resolves the world and calls ``set_epoch`` when each epoch starts, may read
+    ahead in a thread, and saves and restores its place in an epoch (``state_dict``, ``load_state_dict``:
+    ``resume.py``).  Its arguments are attributes of the same names, so frameworks that re-create
     a DataLoader from its attributes (Lightning) re-create it whole."""
 
     def __init__(self, *args: Any, pixfeed_plan: LoaderPlan, distributed: Distributed = "auto",
@@ -54,12 +58,23 @@ class PixfeedLoader(DataLoader):
         super().__init__(*args, **kwargs)
         self.pixfeed_plan = pixfeed_plan
         self.distributed = distributed
+        self.pixfeed_progress = resume.Progress()
+        self.pixfeed_resume_point: Optional[resume.Point] = None
         self.epoch = 0
         self._warned = False
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration epoch ``epoch`` (to resume training)."""
         self.epoch = require_int("epoch", epoch, 0)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where this rank is: a small JSON-serialisable dict for the training checkpoint."""
+        return resume.state_of(self)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continue from ``state`` (a ``state_dict()``, possibly saved with another world size)."""
+        self._use_world()
+        resume.load(self, state)
 
     def __len__(self) -> int:
         self._use_world()
@@ -69,16 +84,17 @@ class PixfeedLoader(DataLoader):
         sampler = self.sampler if isinstance(self.sampler, EpochSampler) else None
         if sampler is not None and sampler.requested is not None:
             self.epoch = sampler.requested  # a framework (Lightning's fit loop) set the sampler's epoch
-        dataset = self.dataset.dataset if isinstance(self.dataset, BatchReader) else self.dataset
-        for target in (self.sampler, dataset):  # a framework's own sampler, the dataset
-            if target is not sampler and callable(getattr(target, "set_epoch", None)):
+        for target in {id(t): t for t in (self.sampler, self.dataset, resume.user_dataset(self))}.values():
+            if target is not sampler and callable(getattr(target, "set_epoch", None)):  # a framework's sampler
                 target.set_epoch(self.epoch)
         self._use_world()
         if sampler is not None:
             sampler.start(self.epoch)
+        point = resume.begin_epoch(self, self.epoch)
         self.epoch += 1
         batches = watched(self, super().__iter__)
-        return ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+        batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+        return self.pixfeed_progress.track(batches, self.epoch - 1, point)
 
     def _use_world(self) -> World:
         """This epoch's world, handed to the sampler or iterable dataset; fresh workers if it changed."""
@@ -138,6 +154,8 @@ def make_loader(
     if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
         torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
     source = BatchReader(dataset) if plan.path == "batch" else dataset
+    if not isinstance(dataset, IterableDataset) and draws_randomness(dataset):
+        source = SeededSamples(source, seed or 0)
     return PixfeedLoader(
         source,
         batch_size=batch_size,

@@ -13,12 +13,12 @@ from typing import Any, Iterator, List
 
 from pixfeed.errors import LoaderStalledError
 from pixfeed.loaders.proc import Task
-from pixfeed.loaders.split import EpochSampler
+from pixfeed.loaders.sampler import ResumableSampler
 
 POLL = 1.0  # seconds between checks while the loader waits on a reader
 
 
-class RecordedSampler(EpochSampler):
+class RecordedSampler(ResumableSampler):
     """pixfeed's sampler, keeping the epoch's order so that a stalled batch's records can be named."""
 
     order: List[int] = []

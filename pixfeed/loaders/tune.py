@@ -28,7 +28,7 @@ from pixfeed.cpus import available_cpus
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.collate import batch_images
 from pixfeed.loaders.loader import PixfeedLoader, make_loader
-from pixfeed.loaders.seeding import preserved_rngs
+from pixfeed.seeds import preserved_rngs
 from pixfeed.texttable import table
 
 BUDGET_S = 15.0

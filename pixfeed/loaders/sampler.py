@@ -1,0 +1,62 @@
+"""``ResumableSampler``: ``split.EpochSampler`` (torch's ``DistributedSampler`` order), startable
+part-way through an epoch.
+
+The epoch's order is ``DistributedSampler``'s: a permutation of the ``n``
+indices drawn from ``seed + epoch`` (or ``0..n-1`` without shuffling),
+repeated cyclically for padding, ``stream[p] = order[p % n]``.  Rank ``r`` of
+``W`` (this epoch's world, resolved by ``EpochSampler``) reads positions
+``offset + r, offset + r + W, ...`` up to ``end``, where ``end - offset`` is
+the multiple of ``W`` just above ``n - offset`` (``drop_last=False``: up to
+``W - 1`` samples from the start of the order repeat) or just below it
+(``drop_last=True``: up to ``W - 1`` left out).  With ``offset = 0`` this is
+exactly ``DistributedSampler``.
+
+``offset`` (``start`` in a loader's state) is the number of stream positions
+all ranks together consumed before a resume.  Ranks read in lock step, so when
+every rank has consumed ``k`` samples the consumed positions are exactly
+``0 .. offset + k * W - 1``, whatever ``W`` is: a resume on ``W'`` ranks starts
+at ``offset + k * W`` and splits what is left of the epoch evenly among the
+``W'`` ranks.  No sample is lost or repeated, apart from the padding above;
+with the same ``W`` the remaining positions of every rank are exactly those it
+would have read.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List
+
+import torch
+
+from pixfeed.loaders.split import EpochSampler
+
+
+class ResumableSampler(EpochSampler):
+    """``EpochSampler(dataset, distributed, shuffle, seed, drop_last)`` plus ``offset``."""
+
+    def __init__(self, dataset, **options) -> None:
+        super().__init__(dataset, **options)
+        self.offset = 0
+
+    def epoch_order(self) -> List[int]:
+        """The epoch's order of all ``n`` indices, the same on every rank."""
+        n = len(self.dataset)
+        if not self.shuffle:
+            return list(range(n))
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(n, generator=generator).tolist()
+
+    @property
+    def end(self) -> int:
+        """The stream position after the last one any rank reads this epoch."""
+        left, world = max(len(self.dataset) - self.offset, 0), self.num_replicas
+        per_rank = left // world if self.drop_last else -(-left // world)
+        return self.offset + per_rank * world
+
+    def __len__(self) -> int:
+        self._resize()  # this epoch's world
+        return (self.end - self.offset) // self.num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        self._resize()
+        order = self.epoch_order()
+        return iter([order[p % len(order)] for p in range(self.offset + self.rank, self.end, self.num_replicas)])
