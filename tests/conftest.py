@@ -37,6 +37,21 @@ def make_tree(root: Path, classes=("cat", "dog", "eel"), per_class=4) -> Path:
     return root
 
 
+def fail_record_at(monkeypatch, index: int) -> None:
+    """Make the pack's record loader raise RuntimeError("disk on fire") at source ``index``
+    (in the workers too: they fork after the patch)."""
+    from pixfeed.packers import executors
+
+    real = executors.load_record
+
+    def failing(source, i, *rest):
+        if i == index:
+            raise RuntimeError("disk on fire")
+        return real(source, i, *rest)
+
+    monkeypatch.setattr(executors, "load_record", failing)
+
+
 @pytest.fixture
 def image_tree(tmp_path) -> Path:
     return make_tree(tmp_path / "src")

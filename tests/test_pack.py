@@ -17,7 +17,7 @@ from pixfeed.errors import CorruptDataError, DatasetError, OptionError, SourceEr
 from pixfeed.packers import executors
 from pixfeed.source import scan
 
-from conftest import write_image
+from conftest import fail_record_at, write_image
 from reference import reference_pixels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,14 +138,7 @@ def test_worker_failure_leaves_no_destination_and_keeps_old(image_tree, tmp_path
     dst = tmp_path / "ds"
     pixfeed.pack(image_tree, dst, "mmap", size=8)
     before = (dst / "pixfeed.json").read_bytes()
-    real = executors.load_record
-
-    def failing(source, i, *rest):
-        if i == 7:
-            raise RuntimeError("disk on fire")
-        return real(source, i, *rest)
-
-    monkeypatch.setattr(executors, "load_record", failing)
+    fail_record_at(monkeypatch, 7)
     with pytest.raises(RuntimeError, match="disk on fire"):
         pixfeed.pack(image_tree, dst, "mmap", size=12, workers=2, overwrite=True)
     assert (dst / "pixfeed.json").read_bytes() == before

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_tree
+from conftest import fail_record_at, make_tree
 from pixfeed import cache
 from pixfeed.datasets import WdsImageDataset, open_dataset
 from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, StorageError
@@ -66,21 +66,12 @@ def test_pack_from_bucket_to_local_and_to_bucket(tree, tmp_path, bucket, s3_serv
 
 
 def test_failed_pack_leaves_no_manifest_and_next_pack_clears_a_killed_one(tree, bucket, s3_server, monkeypatch):
-    from pixfeed.packers import executors
-
     so, url = s3_server.options, f"{bucket}/ds"
-    real = executors.load_record
-
-    def failing(source, i, *rest):
-        if i == 9:
-            raise RuntimeError("disk on fire")
-        return real(source, i, *rest)
-
-    monkeypatch.setattr(executors, "load_record", failing)
+    fail_record_at(monkeypatch, 9)
     with pytest.raises(RuntimeError, match="disk on fire"):
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=so)
     assert Store(url, so).list() == {}  # what it had uploaded (shards 0-3) was removed
-    monkeypatch.setattr(executors, "load_record", real)
+    monkeypatch.undo()  # the real record loader again
     killed = Store(url, so)  # what a killed pack leaves: the marker and some shards, no manifest
     killed.write(".pixfeed-packing", b"")
     killed.write("shard-000007.tar", b"half")
@@ -243,7 +234,7 @@ def test_server_lost_mid_pack_leaves_no_manifest_and_the_next_pack_recovers(tree
     monkeypatch.setattr(executors, "load_record", cutting)
     with pytest.raises(StorageError, match=f"{url}/"):
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=dying)
-    monkeypatch.setattr(executors, "load_record", real)
+    monkeypatch.undo()  # the real record loader again
     so = s3_server.options
     left = Store(url, so).list()
     assert "pixfeed.json" not in left and ".pixfeed-packing" in left  # the marker: a killed pack's leftovers
