@@ -52,8 +52,8 @@ def dct_divisor(p: Plan) -> int:
 
 
 def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, crop_ratio: float, rng,
-                where: str, max_pixels: Optional[int]) -> np.ndarray:
-    """Decode to a C-contiguous uint8 H x W x 3 array by the fast path."""
+                where: str, max_pixels: Optional[int], fixed: Optional[Plan] = None) -> np.ndarray:
+    """Decode to a C-contiguous uint8 H x W x 3 array by the fast path (``fixed``: the plan, drawn already)."""
     head = _jpeghead.probe(data) if sniff(data) == "JPEG" else None
     img = None
     if head is None:
@@ -63,7 +63,7 @@ def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, 
         check_limit(head.width, head.height, where, max_pixels)
         w, h, orientation = head.width, head.height, head.orientation
     w, h = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
-    p = plan(w, h, size, resize_mode, crop, rng, crop_ratio) if size is not None else None
+    p = fixed or (plan(w, h, size, resize_mode, crop, rng, crop_ratio) if size is not None else None)
     d = dct_divisor(p) if p is not None else 1
     box = _region(data, head, p, d, orientation) if head is not None and p is not None else None
     if box is not None:

@@ -48,6 +48,15 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
     p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
+    p.add_argument("--index", metavar="FILE", help="CSV, JSONL or Parquet with one row per sample (image paths "
+                   "relative to SRC, or image bytes in Parquet); its other columns become typed fields")
+    p.add_argument("--image-column", help="index: the image column (default: the first named image, path, file, filename)")
+    p.add_argument("--field", action="append", metavar="NAME:TYPE",
+                   help="index: the type of column NAME: int, float, str, json, bytes, boxes, image, mask or an "
+                        "array DTYPE[d0,...] such as float32[N,4] (repeatable; default: inferred)")
+    p.add_argument("--class-column", help="index: the column whose values are the classes (labels: sorted indices)")
+    p.add_argument("--per-box", metavar="NAMES", help="index: comma-separated fields with one row per box, dropped "
+                   "with the boxes a crop leaves empty")
     # format-specific: refused by pack for a format that does not take them (pixfeed.registry)
     p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")
     p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
@@ -103,6 +112,8 @@ def cmd_info(args) -> int:
              f"{len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"),
             ("files", f"{len(m['files'])}, {human_bytes(total)}"),
             ("checksum", m["checksum"]),
+            ("fields", ", ".join(f"{f['name']} ({_field_spec(f)})" for f in m.get("schema") or ()) or "none"),
+            ("source", _origin(m.get("source"))),
             ("skipped", len(m["skipped"])),
             ("created", f"{m['created']} by pixfeed {m['pixfeed_version']}")]
     if m.get("shards"):
@@ -113,12 +124,34 @@ def cmd_info(args) -> int:
     return 0
 
 
+def _field_spec(item: dict) -> str:
+    from .fields import from_json
+
+    return from_json([item], "manifest")[0].spec
+
+
+def _origin(source) -> str:
+    if not source:
+        return "an image folder"
+    if source.get("kind") == "index":
+        return f"index {source['index']} (image column {source['image_column']!r})"
+    return "an image folder"
+
+
 def cmd_sample(args) -> int:
     from .errors import OptionError
     from .sample import make_sample
 
     if args.count < 1:
         raise OptionError(f"--count {args.count}: must be at least 1")
+    if args.index:
+        from .sample_index import COMMAND, make_index_sample
+
+        index = make_index_sample(args.dir, args.count, args.seed)
+        if not args.quiet:
+            print(f"wrote {plural(args.count, 'image')} with masks and {index} (caption, tags, boxes, "
+                  f"box_classes, mask); pack it with:\n  {COMMAND.format(dir=args.dir)}")
+        return 0
     make_sample(args.dir, args.count, args.seed)
     if not args.quiet:
         print(f"wrote {plural(args.count, 'image')} to {args.dir}")
@@ -171,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.add_argument("--count", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--index", action="store_true", help="write images/, masks/ and index.csv with captions, "
+                   "multi-labels, boxes and masks (for pixfeed pack --index) instead of an ImageFolder")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_sample)
 

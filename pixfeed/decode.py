@@ -138,18 +138,19 @@ def to_rgb(img: Image.Image, where: str) -> Image.Image:
         raise ImageDecodeError(f"{where}: cannot decode image ({type(e).__name__}: {e})") from None
 
 
-def apply_plan(img: Image.Image, p: Plan, size: Size) -> Image.Image:
-    """Pillow's rendering of a geometry ``Plan``: crop the box, resize, crop or pad, flip."""
+def apply_plan(img: Image.Image, p: Plan, size: Size, resample=Image.BILINEAR) -> Image.Image:
+    """Pillow's rendering of a geometry ``Plan``: crop the box, resize, crop or pad, flip
+    (``resample=Image.NEAREST`` for label images: masks)."""
     H, W = size
     if p.box is not None:
         img = img.crop(p.box)
     if img.size != p.scaled:
-        img = img.resize(p.scaled, Image.BILINEAR)
+        img = img.resize(p.scaled, resample)
     (ox, oy), (sw, sh) = p.offset, p.scaled
     if sw >= W and sh >= H:
         img = img if (sw, sh) == (W, H) else img.crop((ox, oy, ox + W, oy + H))
     else:
-        canvas = Image.new("RGB", (W, H))
+        canvas = Image.new(img.mode, (W, H))
         canvas.paste(img, (ox, oy))
         img = canvas
     return img.transpose(Image.FLIP_LEFT_RIGHT) if p.flip else img
@@ -169,13 +170,14 @@ def random_resized_crop(img: Image.Image, size: Size, rng: np.random.Generator) 
 
 def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop", crop: str = "center",
            crop_ratio: float = CROP_RATIO, rng: Optional[np.random.Generator] = None, where: str = "<bytes>",
-           max_pixels: Optional[int] = None, exact: bool = False) -> np.ndarray:
+           max_pixels: Optional[int] = None, exact: bool = False, plan: Optional[Plan] = None) -> np.ndarray:
     """Decode JPEG/PNG bytes to a C-contiguous uint8 HxWx3 RGB array (possibly read-only).
 
     ``size`` None keeps the decoded size.  ``crop="center"`` with ``resize_mode``
     "crop" is torchvision's ``Resize(floor(S / crop_ratio))`` + ``CenterCrop(S)``;
     ``crop="random"`` (training) takes RandomResizedCrop + flip drawn from ``rng``.
-    ``exact=True`` is Pillow throughout (rule 6); the default is the fast path.
+    ``exact=True`` is Pillow throughout (rule 6); the default is the fast path.  ``plan``: the
+    geometry drawn already (``plan_for``), so that fields can follow the image's.
     """
     if crop not in CROP_MODES:
         raise OptionError(f"crop {crop!r}: expected one of {', '.join(CROP_MODES)}")
@@ -185,20 +187,38 @@ def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop
     rng = rng if rng is not None or crop != "random" else np.random.default_rng()
     if not exact:
         from ._fastdecode import decode_fast
-        return decode_fast(data, size, resize_mode, crop, crop_ratio, rng, where, max_pixels)
+        return decode_fast(data, size, resize_mode, crop, crop_ratio, rng, where, max_pixels, plan)
     img = to_rgb(open_image(data, where, max_pixels), where)
     if size is not None:
-        p = geometry.plan(*img.size, size, resize_mode, crop, rng, crop_ratio)
+        p = plan or geometry.plan(*img.size, size, resize_mode, crop, rng, crop_ratio)
         img = apply_plan(img, p, size)
     return np.asarray(img, dtype=np.uint8)
 
 
 def decode_for_pack(data: bytes, size: Size, resize_mode: str, where: str,
-                    max_pixels: Optional[int] = None) -> Tuple[np.ndarray, Size]:
-    """The exact path's pixels at ``size`` (as ``decode``), and the (H, W) of the source
-    image after EXIF orientation, which a pack records without decoding it twice."""
+                    max_pixels: Optional[int] = None) -> Tuple[np.ndarray, Size, Plan]:
+    """The exact path's pixels at ``size`` (as ``decode``), the (H, W) of the source image
+    after EXIF orientation, which a pack records without decoding it twice, and the plan
+    that made them (which the record's masks, images and boxes follow)."""
+    if resize_mode not in RESIZE_MODES:
+        raise OptionError(f"resize mode {resize_mode!r}: expected one of {', '.join(RESIZE_MODES)}")
     img = to_rgb(open_image(data, where, max_pixels), where)
-    return np.asarray(resize(img, size, resize_mode, crop_ratio=1.0), dtype=np.uint8), (img.height, img.width)
+    p = geometry.plan(*img.size, size, resize_mode)
+    return np.asarray(apply_plan(img, p, size), dtype=np.uint8), (img.height, img.width), p
+
+
+def oriented_size(data: bytes, where: str, max_pixels: Optional[int] = None) -> Tuple[int, int]:
+    """(W, H) of encoded bytes after EXIF orientation, from the header alone."""
+    from ._jpeghead import probe
+
+    head = probe(data) if sniff(data) == "JPEG" else None
+    if head is not None:
+        check_limit(head.width, head.height, where, max_pixels)
+        w, h, orientation = head.width, head.height, head.orientation
+    else:
+        img = open_image(data, where, max_pixels)
+        (w, h), orientation = img.size, img.getexif().get(0x0112, 1)
+    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
 
 
 def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, full: bool = False) -> Tuple[str, Size]:

@@ -4,7 +4,7 @@ It is written last, to a temporary name, and renamed into place, so a
 directory with a manifest is a finished dataset.  Fields::
 
     magic            "pixfeed-dataset"
-    layout_version   integer; readers refuse versions they do not know
+    layout_version   integer; readers refuse versions they do not know (2; 1 = before fields, still read)
     format           a name in pixfeed.registry.FORMATS ("mmap" | "lmdb" | "hdf5" | "wds")
     count            number of records
     classes          sorted class names, or null for a flat source
@@ -15,6 +15,10 @@ directory with a manifest is a finished dataset.  Fields::
     files            {relative path: {"bytes": int, "xxh3_64": hex}} for every data file
     shards           (wds only) [{"name", "count", "bytes", "xxh3_64"}]
     skipped          [{"path", "reason"}] files left out under --on-error skip
+    schema           [{"name", "type", "dtype"?, "shape"?}] the typed fields beside image and label
+                     (pixfeed.fields; absent or [] when there are none)
+    per_box          names of fields with one row per box (dropped with their boxes), or []
+    source           where the samples came from: {"kind": "folder"} or {"kind": "index", "index", ...}
     options          the pack options used
     pixfeed_version, created
 """
@@ -32,7 +36,8 @@ from .storage import Store, is_url, local_path
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"
 MAGIC = "pixfeed-dataset"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 STORES = ("pixels", "encoded")
 
 
@@ -97,8 +102,8 @@ def validate(m: Any, where: object) -> None:
     _require(isinstance(m, dict) and m.get("magic") == MAGIC, where, f"not a pixfeed manifest (no \"magic\": \"{MAGIC}\")")
     v = m.get("layout_version")
     _require(isinstance(v, int) and not isinstance(v, bool), where, f"layout_version {v!r} is not an integer")
-    _require(v == LAYOUT_VERSION, where,
-             f"layout_version {v} is not supported by this pixfeed (it reads version {LAYOUT_VERSION}); "
+    _require(v in READABLE_VERSIONS, where,
+             f"layout_version {v} is not supported by this pixfeed (it reads versions 1 and {LAYOUT_VERSION}); "
              "upgrade pixfeed or re-pack the dataset")
     _require(isinstance(m.get("format"), str) and m["format"] in FORMATS, where,
              f"unknown format {m.get('format')!r}; expected one of {', '.join(FORMATS)}")
@@ -113,6 +118,8 @@ def validate(m: Any, where: object) -> None:
         _require(isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
                  and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape),
                  where, f"shape {shape!r} must be [H, W, 3] with positive integers in pixels mode")
+    from .fields import from_json
+    from_json(m.get("schema"), where)
     files = m.get("files")
     _require(isinstance(files, dict), where, "files must be an object")
     for name, meta in files.items():

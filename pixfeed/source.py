@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,6 +40,12 @@ class Source:
     sizes: np.ndarray         # int64 file sizes in bytes (0 where stat failed)
     notes: List[str] = field(default_factory=list)  # for the manifest's notes
     remote: Optional[Store] = None  # set when root is a URL (then root is the URL string)
+    # typed fields (pixfeed.fields), from an index file (pixfeed.sources.index); none for a folder
+    schema: list = field(default_factory=list)         # [pixfeed.fields.Field]
+    values: Dict[str, list] = field(default_factory=dict)  # field name -> parsed value per sample
+    per_box: Tuple[str, ...] = ()                      # fields whose rows go with the boxes' rows
+    blobs: Optional[list] = None                       # the images' bytes (a Parquet column), else None
+    origin: dict = field(default_factory=lambda: {"kind": "folder"})  # the manifest's "source"
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -47,10 +53,27 @@ class Source:
     def where(self, i: int) -> str:
         return str(join(self.root, self.paths[i]))
 
+    def field_where(self, i: int, name: str) -> str:
+        """Names sample ``i``'s field ``name`` in messages (an index source names its row and column)."""
+        return f"{self.where(i)}, field {name}"
+
+    def read(self, rel: str) -> bytes:
+        """The bytes of a file named relative to the source (a mask or a second image); SourceError if unreadable."""
+        if self.remote is not None:
+            return self.remote.read(rel)
+        try:
+            with open(self.root / rel, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise SourceError(f"{join(self.root, rel)}: cannot read ({e.strerror or e})") from None
+
     def fetch(self, indices) -> Iterator[Tuple[int, object]]:
         """(index, bytes) for ``indices`` in order: None (read the local file when needed) or, from a
         URL, the object's bytes fetched ``FETCH`` at a time in parallel (a StorageError where a GET failed)."""
         indices = [int(i) for i in indices]
+        if self.blobs is not None:
+            yield from ((i, self.blobs[i]) for i in indices)
+            return
         if self.remote is None:
             yield from ((i, None) for i in indices)
             return

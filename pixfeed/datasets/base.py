@@ -46,11 +46,13 @@ from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_
 from ..geometry import center_slices, check_crop_ratio
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
 from ..cache import stage
+from ..fields import BUILTIN, from_json, select
 from ..manifest import read_manifest
 from ..storage import Store, is_url, join, local_path
+from .fieldvalues import FieldValues, torch_rng
 
 
-class ImageRecords:
+class ImageRecords(FieldValues):
     """Manifest, handle management and record decoding (no torch Dataset base)."""
     format = ""
 
@@ -58,7 +60,8 @@ class ImageRecords:
 
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
                  checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
-                 storage_options: Optional[dict] = None, cache_dir=None, cache_limit: Optional[int] = None):
+                 storage_options: Optional[dict] = None, cache_dir=None, cache_limit: Optional[int] = None,
+                 fields: Optional[Sequence[str]] = BUILTIN):
         self.manifest = read_manifest(path, storage_options)
         self.remote = Store(path, storage_options) if is_url(path) else None
         if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
@@ -78,6 +81,10 @@ class ImageRecords:
         self.classes: Optional[List[str]] = self.manifest["classes"]
         self.store: str = self.manifest["store"]
         self.crop_ratio = self._crop_ratio(crop_ratio)
+        self.schema = from_json(self.manifest.get("schema"), self.path)
+        self.per_box = tuple(self.manifest.get("per_box") or ())
+        self.fields = select(fields, self.schema, self.path)  # names in order, or None: a dict of all
+        self.default_fields = self.fields == BUILTIN
         self._handle, self._pid, self._keys = None, None, None
 
     def _crop_ratio(self, value: Optional[float]) -> float:
@@ -139,7 +146,10 @@ class ImageRecords:
 
     @property
     def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
-        """(3, H, W) when every image comes out at one shape (before ``transform``), else None."""
+        """(3, H, W) when every image comes out at one shape (before ``transform``) and samples are
+        ``(image, label)``; else None."""
+        if not self.default_fields:
+            return None
         if self.size is not None:
             return (3, *self.size)
         if self.stored_shape is not None:
@@ -166,12 +176,12 @@ class ImageRecords:
     def pixels(self, stored, i: int) -> np.ndarray:
         """Stored record -> HxWx3 uint8 array at the requested size and crop."""
         if self.store == "encoded":
-            rng = _torch_rng() if self.crop == "random" else None
+            rng = torch_rng() if self.crop == "random" else None
             return decode(bytes(stored), size=self.size, crop=self.crop, crop_ratio=self.crop_ratio, rng=rng,
                           where=self.where(i), exact=self.exact)
         if self.crop == "random":
             from PIL import Image
-            return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, _torch_rng()))
+            return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, torch_rng()))
         crop = self._slice_crop()
         if crop is not None:
             return stored[crop]
@@ -192,11 +202,6 @@ def _checksums(checksums: bool, verify: Optional[bool]) -> bool:
     warnings.warn("verify= is deprecated: it is named checksums= now (pixfeed verify is the command that "
                   "checks a whole dataset)", DeprecationWarning, stacklevel=3)
     return verify
-
-
-def _torch_rng() -> np.random.Generator:
-    """A NumPy generator drawn from torch's RNG, so DataLoader worker seeding governs it."""
-    return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
 
 
 class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
@@ -237,16 +242,38 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         return idx, stored, labels
 
     def __getitem__(self, i: int):
+        if not self.default_fields:
+            return self.__getitems__([i])[0]
         idx, stored, labels = self.read_checked([i])
         return self.sample(stored[0], labels[0], int(idx[0]))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        idx, stored, labels = self.read_checked(indices)
-        return [self.sample(s, l, int(i)) for s, l, i in zip(stored, labels, idx)]
+        if self.default_fields:
+            idx, stored, labels = self.read_checked(indices)
+            return [self.sample(s, l, int(i)) for s, l, i in zip(stored, labels, idx)]
+        names = [f.name for f in self.schema if self.fields is None or f.name in self.fields]
+        if self.needs_image():
+            idx, stored, labels = self.read_checked(indices)
+        else:
+            idx = self._indices(indices)
+            stored, labels = [None] * len(idx), self.read_labels(idx)
+        raw = self.read_fields(idx, names)
+        return [self.assemble(s, l, r, int(i)) for s, l, r, i in zip(stored, labels, raw, idx)]
+
+    def read_labels(self, indices: np.ndarray) -> np.ndarray:
+        """The labels of valid ``indices``, without reading their images."""
+        raise NotImplementedError
+
+    def read_fields(self, indices: np.ndarray, names: Sequence[str]) -> List[dict]:
+        """{name: stored bytes} of the fields ``names`` of valid ``indices``, checksums checked."""
+        raise NotImplementedError
 
     def get_batch(self, indices: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
         """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels)."""
         shape = self.fixed_shape
+        if not self.default_fields:
+            raise DatasetError(f"{self.path}: get_batch reads (images, labels); this dataset returns fields "
+                               f"{self.fields}: read it by index (or through make_loader)")
         if shape is None:
             raise DatasetError(f"{self.path}: images have different sizes; pass size= to get batches")
         idx, stored, labels = self.read_checked(indices)

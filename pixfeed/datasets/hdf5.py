@@ -49,6 +49,23 @@ class H5ImageDataset(MapImageDataset):
         rows, order = np.unique(indices, return_inverse=True)
         return self._rows(indices), h["labels"][rows][order], h["checksums"][rows][order]
 
+    def read_labels(self, indices: np.ndarray) -> np.ndarray:
+        rows, order = np.unique(indices, return_inverse=True)
+        return self.handle["labels"][rows][order]
+
+    def read_fields(self, indices: np.ndarray, names) -> list:
+        rows, order = np.unique(indices, return_inverse=True)
+        out = [{} for _ in indices]
+        f = self.handle["data"].file
+        for name in names:
+            data = f[f"{layout.FIELDS}/{name}"][rows][order]
+            sums = f[f"{layout.FIELD_CHECKSUMS}/{name}"][rows][order]
+            for j, i in enumerate(indices):
+                rec = data[j] if isinstance(data[j], bytes) else np.ascontiguousarray(data[j])
+                self.check_field(name, rec, sums[j], int(i))
+                out[j][name] = rec
+        return out
+
     def _rows(self, indices: np.ndarray):
         """Records one at a time: pixels into one N x H x W x 3 array, encoded as a list."""
         data = self.handle["data"]

@@ -28,12 +28,11 @@ from ..errors import CorruptDataError
 from ..layouts.lmdb import DATA, record_key
 from ..memory import fits_in_page_cache
 from ..pagecache import Extents, mapping_base, unmap_pages
-from ..record import Header, parse
+from ..record import Header, field_table, parse
 from .base import MapImageDataset
 
 _ENVS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (st_dev, st_ino) -> lmdb.Environment
 _LOCK = threading.Lock()
-UNMAP_EVERY = 16 << 20
 UNMAP_EVERY = 16 << 20
 
 
@@ -112,8 +111,30 @@ class LmdbImageDataset(MapImageDataset):
                 starts[i], lengths[i] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
         return Extents(path, starts, lengths)
 
-    def _parse(self, txn, i: int):
-        """Header and stored bytes of record ``i``; CorruptDataError names the index and both keys."""
+    def read_labels(self, indices: np.ndarray) -> np.ndarray:
+        with self.handle.begin(buffers=True) as txn:
+            return np.array([self._parse(txn, int(i))[0].label for i in indices], np.int64)
+
+    def read_fields(self, indices: np.ndarray, names) -> list:
+        position = {f.name: k for k, f in enumerate(self.schema)}
+        out = []
+        with self.handle.begin(buffers=True) as txn:
+            for i in indices:
+                header, _, value = self._parse(txn, int(i), whole=True)
+                try:
+                    table = field_table(value, header, f"key {record_key(int(i)).decode()}")
+                    if len(table) != len(self.schema):
+                        raise CorruptDataError(f"{len(table)} fields in the record, {len(self.schema)} in the schema")
+                except CorruptDataError as e:
+                    raise CorruptDataError(f"{self.where(int(i))}, {DATA}: {e}") from None
+                for name in names:
+                    self.check_field(name, table[position[name]][0], table[position[name]][1], int(i))
+                out.append({name: bytes(table[position[name]][0]) for name in names})
+        return out
+
+    def _parse(self, txn, i: int, whole: bool = False):
+        """Header and stored bytes of record ``i`` (and ``whole``: its whole value); CorruptDataError
+        names the index and both keys."""
         key = record_key(i)
         value = txn.get(key)
         try:
@@ -123,7 +144,7 @@ class LmdbImageDataset(MapImageDataset):
             self._check_kind(header, key)
         except CorruptDataError as e:
             raise CorruptDataError(f"{self.where(i)}, {DATA} {e}") from None
-        return header, data
+        return (header, data, value) if whole else (header, data)
 
     def _check_kind(self, header: Header, key: bytes) -> None:
         shape = self.stored_shape

@@ -72,6 +72,33 @@ class MmapImageDataset(MapImageDataset):
                 self._check(check, stored[j], checksums[j], int(i))
         return stored, h["labels"][indices], checksums
 
+    def read_labels(self, indices: np.ndarray) -> np.ndarray:
+        return self.handle["labels"][indices]
+
+    def read_fields(self, indices: np.ndarray, names) -> list:
+        out = [{} for _ in indices]
+        for name in names:
+            data, offsets, sums = self._field(name)
+            for j, i in enumerate(indices):
+                rec = data[i:i + 1] if offsets is None else data[offsets[i]:offsets[i + 1]]
+                self.check_field(name, rec, sums[i], int(i))
+                out[j][name] = rec
+        return out
+
+    def _field(self, name: str) -> tuple:
+        """(rows or bytes, offsets or None, checksums) of field ``name``, mapped once per process."""
+        cache = self.handle.setdefault("fields", {})
+        if name not in cache:
+            path = lambda part: self.path / layout.field_file(name, part)  # noqa: E731
+            load = lambda part: np.load(path(part), mmap_mode="r", allow_pickle=False)  # noqa: E731
+            if path("npy").is_file():
+                cache[name] = load("npy"), None, load("checksums")
+            else:
+                size = path("bin").stat().st_size
+                data = np.memmap(path("bin"), np.uint8, "r") if size else np.zeros(0, np.uint8)
+                cache[name] = data, load("offsets"), load("checksums")
+        return cache[name]
+
     def _copy_row(self, h: dict, i: int, out: np.ndarray) -> None:
         if "map" in h:
             out[...] = h["map"][i]

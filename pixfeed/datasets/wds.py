@@ -67,6 +67,7 @@ from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
 from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
+from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs
 from ..storage import join
@@ -241,8 +242,29 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             found = sorted(k for k in sample if not k.startswith("__"))
             raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
         expected, label = _meta(sample, where, i)
-        self.check_checksum(data, expected, i)
-        return self.sample(self._array(data, where) if self.store == "pixels" else data, label, i)
+        if self.default_fields:
+            self.check_checksum(data, expected, i)
+            return self.sample(self._array(data, where) if self.store == "pixels" else data, label, i)
+        stored = None
+        if self.needs_image():  # a caption-only read neither checks nor decodes the image
+            self.check_checksum(data, expected, i)
+            stored = self._array(data, where) if self.store == "pixels" else data
+        return self.assemble(stored, label, self._fields(sample, where, i), i)
+
+    def _fields(self, sample: dict, where: str, i: int) -> dict:
+        """{name: stored bytes} of the requested fields' members (``K.NAME.EXT``), checksums checked."""
+        sums = json.loads(sample[META_EXTENSION]).get("fields") or {}
+        size = self.stored_shape[:2] if self.store == "pixels" else None
+        out = {}
+        for f in self.schema:
+            if self.fields is not None and f.name not in self.fields:
+                continue
+            member = next((v for k, v in sample.items() if k.partition(".")[0] == f.name and "." in k), None)
+            if member is None or f.name not in sums:
+                raise CorruptDataError(f"{where}: no .{f.name}.* member or checksum for field {f.name}")
+            self.check_field(f.name, member, int(sums[f.name], 16), i)
+            out[f.name] = from_member(f, member, self.store, size, where)
+        return out
 
     def _array(self, data: bytes, where: str) -> np.ndarray:
         try:

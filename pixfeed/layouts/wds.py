@@ -16,6 +16,20 @@ Each sample is three consecutive tar members sharing a member key ``K``::
                      "index": record index in the dataset,
                      "xxh3_64": checksum of the image member's bytes, 16 hex digits}
 
+Each field of the manifest's "schema" (pixfeed.fields) is one more member,
+``K.NAME.EXT`` (WebDataset's multi-dot naming: ``sample["caption.txt"]``),
+so field names never collide with each other or with pixfeed's own members::
+
+    K.NAME.cls      int: ASCII decimal
+    K.NAME.txt      str: UTF-8 text; float: its shortest repr, ASCII
+    K.NAME.json     json: the JSON text
+    K.NAME.bin      bytes: as given
+    K.NAME.npy      ndarray and boxes: ``np.save(allow_pickle=False)``; pixels-mode image: H x W x 3
+    K.NAME.png      mask: a grayscale PNG (both store modes; lossless)
+    K.NAME.jpg|png  encoded-mode image: its bytes
+
+and ``K.json`` gains ``"fields": {NAME: xxh3_64 of the member's bytes, 16 hex digits}``.
+
 Members are deterministic: PAX format, mtime 0, uid/gid 0, no owner names,
 mode 0o444.  Member keys: WebDataset splits a member name at the first "." of
 its basename and treats "/" as a directory, so the pixfeed key is made flat
@@ -41,6 +55,8 @@ from typing import List
 # the image member's extension by record encoding (pixfeed.packers.records.Record.encoding)
 MEMBER_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "npy"}
 LABEL_EXTENSION, META_EXTENSION = "cls", "json"
+FIELD_EXTENSIONS = {"int": "cls", "float": "txt", "str": "txt", "json": "json", "bytes": "bin",
+                    "ndarray": "npy", "boxes": "npy", "mask": "png"}  # image: by store and format
 _AWKWARD = re.compile(r"[^\w-]")
 
 

@@ -24,8 +24,10 @@ from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
+from ..checksum import record_hash
 from ..cpus import available_cpus
 from ..errors import OptionError, SourceError
+from .fieldparts import FieldParts
 from .records import Record, load_record
 from .writer import TaskResult, Writer
 
@@ -50,9 +52,16 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
             result.checksums.append(rec.checksum)
             result.shapes.append(rec.shape)
             result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
+            if rec.fields:
+                result.field_lengths.append([len(b) for b in rec.fields.values()])
+                result.field_checksums.append([record_hash(b) for b in rec.fields.values()])
+                result.stored_bytes += sum(result.field_lengths[-1])
             yield rec
 
-    result.extra = writer.write_task(task, indices, records())
+    stream = records()
+    if writer.source.schema and not writer.own_fields:
+        stream = FieldParts(writer.root).tee(task, stream)
+    result.extra = writer.write_task(task, indices, stream)
     return result
 
 

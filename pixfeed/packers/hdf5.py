@@ -18,7 +18,10 @@ import numpy as np
 
 from .. import registry
 from ..errors import OptionError
+from ..fields import codec
+from ..fields.array import stored_dtype
 from ..layouts import hdf5 as layout
+from .fieldparts import FieldParts
 from .staging import StagedWriter
 from .writer import TaskResult
 
@@ -70,7 +73,26 @@ class H5Writer(StagedWriter):
         f.create_dataset(layout.KEYS, data=[self.source.keys[i] for i in kept], dtype=h5py.string_dtype("utf-8"))
         f.attrs.update({"format": layout.FORMAT_ATTR, "store": self.opts.store,
                         "classes": json.dumps(self.source.classes),
-                        "options": json.dumps(self.opts.recorded(registry.get("hdf5")))})
+                        "options": json.dumps(self.opts.recorded(registry.get("hdf5"))),
+                        "schema": json.dumps([field.to_json() for field in self.source.schema])})
+        if self.source.schema:
+            self._write_fields(f, results)
+
+    def _write_fields(self, f: h5py.File, results: List[TaskResult]) -> None:
+        """fields/NAME and field_checksums/NAME, one pass over the staged fields."""
+        n, schema = sum(len(r.field_lengths) for r in results), self.source.schema
+        rows = [codec.fixed_row(field, self.opts.store, self.opts.size) for field in schema]
+        outs = [f.create_dataset(f"{layout.FIELDS}/{field.name}", (n, *row[1]), row[0]) if row else
+                f.create_dataset(f"{layout.FIELDS}/{field.name}", (n,), _vlen(field)) for field, row in zip(schema, rows)]
+        for field, out in zip(schema, outs):
+            if field.type in ("ndarray", "boxes"):
+                out.attrs["shape"] = json.dumps(list(field.shape))
+        for k, values in enumerate(FieldParts(self.root).read_all(results)):
+            for field, out, row, data in zip(schema, outs, rows, values):
+                out[k] = np.frombuffer(data, row[0]).reshape(row[1]) if row else _vlen_value(field, data)
+        for j, field in enumerate(schema):
+            f[f"{layout.FIELD_CHECKSUMS}/{field.name}"] = np.array(
+                [c[j] for r in results for c in r.field_checksums], dtype="<u8")
 
     def _copy_pixels(self, first: int, kept: np.ndarray) -> None:
         images, staged = self.output[layout.IMAGES], self.staging.pixels()
@@ -86,6 +108,18 @@ class H5Writer(StagedWriter):
             # a 2-D array and fails with "Can't broadcast (1, n) -> (1,)".
             encoded.write_direct(block, dest_sel=np.s_[first:first + len(block)])
             first += len(block)
+
+
+def _vlen(field):
+    if field.type in ("str", "json"):
+        return h5py.string_dtype("utf-8")
+    return h5py.vlen_dtype(stored_dtype(field.dtype) if field.dtype else np.uint8)
+
+
+def _vlen_value(field, data: bytes):
+    if field.type in ("str", "json"):
+        return data.decode("utf-8")
+    return np.frombuffer(data, stored_dtype(field.dtype) if field.dtype else np.uint8)
 
 
 def _blocks(items: Iterator[bytes]) -> Iterator[np.ndarray]:

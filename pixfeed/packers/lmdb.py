@@ -12,6 +12,7 @@ OSError naming data.mdb, which ``pack`` reports as an OutputError naming DST.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from contextlib import contextmanager
@@ -23,9 +24,10 @@ import numpy as np
 
 from ..decode import sniff
 from ..layouts.lmdb import DATA, META_FORMAT, META_KEY, record_key
-from ..record import HEADER, pack_header
+from ..record import HEADER, pack_fields, pack_header
 from ..source import Source
 from .options import PackOptions
+from .fieldparts import FieldParts
 from .staging import StagedWriter
 from .writer import TaskResult
 
@@ -89,14 +91,17 @@ class LmdbWriter(StagedWriter):
 
     def _items(self, first: int, result: TaskResult) -> Iterator[Tuple[bytes, bytes]]:
         labels = self.source.labels[result.kept]
-        for j, data in enumerate(self.staging.records(result)):
+        fields = FieldParts(self.root).read(result) if self.source.schema else itertools.repeat([])
+        for j, (data, values) in enumerate(zip(self.staging.records(result), fields)):
             kind = "raw" if self.opts.store == "pixels" else sniff(data).lower()
             header = pack_header(kind, int(labels[j]), result.checksums[j], result.shapes[j], memoryview(data).nbytes)
-            yield record_key(first + j), b"".join((header, data))
+            table = pack_fields(values, result.field_checksums[j] if values else [])
+            yield record_key(first + j), b"".join((header, data, table))
 
     def _meta(self, count: int) -> bytes:
         return json.dumps({"format": META_FORMAT, "count": count, "store": self.opts.store,
-                           "classes": self.source.classes, "record_header": HEADER.format}).encode()
+                           "classes": self.source.classes, "record_header": HEADER.format,
+                           "schema": [f.to_json() for f in self.source.schema]}).encode()
 
 
 def _commit(env: lmdb.Environment, batch: list) -> None:

@@ -14,7 +14,9 @@ from typing import Iterator, List
 import numpy as np
 
 from ..layouts import mmap as layout
+from ..fields import codec
 from ._files import allocate_rows, write_part, write_rows
+from .fieldparts import FieldParts
 from .records import Record
 from .writer import TaskResult, Writer
 
@@ -51,7 +53,33 @@ class MmapWriter(Writer):
         np.save(self.root / layout.LABELS, labels.astype(layout.LABEL_DTYPE))
         checksums = np.array([c for r in results for c in r.checksums], dtype=layout.CHECKSUM_DTYPE)
         np.save(self.root / layout.CHECKSUMS, checksums)
+        if self.source.schema:
+            self._write_fields(results)
         return {}
+
+    def _write_fields(self, results: List[TaskResult]) -> None:
+        """fields/: one .npy of fixed-shape values, or .bin + offsets, and checksums per field; one pass."""
+        (self.root / layout.FIELDS).mkdir()
+        n, path = sum(len(r.field_lengths) for r in results), lambda *a: self.root / layout.field_file(*a)
+        rows = [codec.fixed_row(f, self.opts.store, self.opts.size) for f in self.source.schema]
+        outs = [np.lib.format.open_memmap(path(f.name, "npy"), "w+", row[0], (n, *row[1]))
+                if row else open(path(f.name, "bin"), "wb") for f, row in zip(self.source.schema, rows)]
+        for k, values in enumerate(FieldParts(self.root).read_all(results)):
+            for out, row, data in zip(outs, rows, values):
+                if row:
+                    out[k] = np.frombuffer(data, row[0]).reshape(row[1])
+                else:
+                    out.write(data)
+        for j, (f, out, row) in enumerate(zip(self.source.schema, outs, rows)):
+            if row:
+                out.flush()
+            else:
+                out.close()
+                lengths = [lens[j] for r in results for lens in r.field_lengths]
+                np.save(path(f.name, "offsets"), np.concatenate([[0], np.cumsum(lengths)]).astype(layout.OFFSET_DTYPE))
+            sums = [c[j] for r in results for c in r.field_checksums]
+            np.save(path(f.name, "checksums"), np.array(sums, dtype=layout.CHECKSUM_DTYPE))
+        del outs
 
     def _compact(self, kept: np.ndarray) -> None:
         """Drop the rows of skipped images (rare: only with --on-error skip)."""

@@ -19,6 +19,7 @@ from ..registry import Format, format_options
 
 ON_ERROR = ("fail", "skip")
 _NOT_RECORDED = ("overwrite", "workers")  # how, not what, was packed
+_INDEX_ONLY = ("image_column", "field", "class_column", "per_box")
 
 
 @dataclass
@@ -34,6 +35,12 @@ class PackOptions:
     overwrite: bool = False
     max_pixels: Optional[int] = None     # decompression-bomb limit; None = Pillow's
     full_check: bool = False             # encoded mode: decode every image while packing
+    # an index file as the source (pixfeed.sources.index)
+    index: Optional[str] = None          # CSV, JSONL or Parquet: one row per sample
+    image_column: Optional[str] = None
+    field: tuple = ()                    # "NAME:TYPE" overrides of inferred field types
+    class_column: Optional[str] = None
+    per_box: tuple = ()                  # fields with one row per box
     # format-specific (pixfeed.registry declares which format takes which, and its default)
     shard_size: Optional[int] = None     # wds
     shard_bytes: Optional[int] = None    # wds
@@ -59,7 +66,8 @@ class PackOptions:
                 raise OptionError(f"{flag} ({option}=) applies to format {' and '.join(takers)} only, "
                                   f"not {fmt.name}; leave it out or pack with --format {takers[0]}")
         defaults = {k: v for k, v in fmt.options.items() if getattr(self, k) is None}
-        out = dataclasses.replace(self, store=self.store or fmt.default_store, **defaults)
+        out = dataclasses.replace(self, store=self.store or fmt.default_store, field=_items(self.field, None),
+                                  per_box=_items(self.per_box, ","), **defaults)
         out._check()
         out.size = parse_size(out.size) if out.store == "pixels" else None
         return out
@@ -75,10 +83,23 @@ class PackOptions:
             raise OptionError(f"--max-side {self.max_side}: must be a positive number of pixels")
         if not 1 <= self.quality <= 100:
             raise OptionError(f"--quality {self.quality}: must be between 1 and 100")
+        for option in _INDEX_ONLY:
+            if self.index is None and getattr(self, option):
+                raise OptionError(f"--{option.replace('_', '-')} applies to an index file source only; "
+                                  "give the index with --index FILE, or leave it out")
 
     def recorded(self, fmt: Format) -> dict:
         """The options the manifest records: the common ones and ``fmt``'s own."""
         foreign = set(format_options()) - set(fmt.options)
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in foreign and k not in _NOT_RECORDED}
         out["size"] = list(self.size) if self.size else None
+        out.update(field=list(self.field), per_box=list(self.per_box))
         return out
+
+
+def _items(value, sep) -> tuple:
+    """A tuple of option values from None, one string (split at ``sep``), or a sequence of them."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else list(value)
+    return tuple(p.strip() for v in items for p in (v.split(sep) if sep else [v]) if p.strip())

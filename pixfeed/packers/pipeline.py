@@ -29,9 +29,10 @@ from .. import __version__, registry
 from ..checksum import ALGORITHM, file_hash
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
-from ..source import scan
+from ..sources import scan_source
 from ..storage import is_url, local_path
 from .executors import make_executor, run_tasks
+from .fieldparts import FieldParts
 from .options import PackOptions
 from .upload import Upload
 from .writer import Writer
@@ -74,7 +75,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
     if upload is None:
         dst = _local_dst(local_path(dst), opts.overwrite)
-    source = scan(src, opts.ext, storage_options)
+    source = scan_source(src, opts, storage_options)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
     start = time.perf_counter()
     writer: Optional[Writer] = None
@@ -91,6 +92,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
         if len(kept) == 0:
             raise SourceError(f"source {source.root}: every image was skipped; first reason: {skipped[0]['reason']}")
         extra = writer.finish(kept, results)
+        FieldParts(tmp).remove()
         write_json_atomic(tmp / KEYS_NAME, [source.keys[i] for i in kept])
         manifest = _manifest(fmt, source, opts, kept, results, skipped, extra, tmp)
         manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
@@ -171,6 +173,7 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         "shape": [*opts.size, 3] if opts.store == "pixels" else None,
         "checksum": ALGORITHM, "keys_file": KEYS_NAME, "files": files,
         "skipped": skipped, "notes": source.notes + [n for r in results for n in r.notes],
+        "schema": [f.to_json() for f in source.schema], "per_box": list(source.per_box), "source": source.origin,
         "options": opts.recorded(format), "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **extra,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import errno
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Union
+from typing import Dict, List, Union
 
 import numpy as np
 from PIL import Image
@@ -22,7 +22,9 @@ from PIL import Image
 from ..checksum import record_hash
 from ..decode import EXTENSIONS, check_encoded, decode, decode_for_pack, sniff
 from ..errors import SourceError
+from ..geometry import Plan
 from ..source import Source
+from .fieldrecords import pack_fields
 from .options import PackOptions
 
 
@@ -37,6 +39,7 @@ class Record:
     shape: tuple                    # (H, W) of the stored image
     checksum: int                   # xxh3_64 of the stored bytes
     source_shape: tuple             # (H, W) of the source image, after EXIF orientation
+    fields: Dict[str, bytes] = field(default_factory=dict)  # stored bytes of each schema field (fieldrecords)
 
 
 def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None) -> Record:
@@ -56,17 +59,22 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
     if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
         notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
     if opts.store == "pixels":
-        arr, source_shape = decode_for_pack(data, opts.size, opts.resize, where, opts.max_pixels)
+        arr, source_shape, plan = decode_for_pack(data, opts.size, opts.resize, where, opts.max_pixels)
         arr = np.ascontiguousarray(arr)
-        return Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr),
-                      source_shape)
-    fmt, source_shape = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
-    shape = source_shape
-    if opts.max_side and max(shape) > opts.max_side:
-        data, shape = _reencode(data, where, opts)
-        fmt = "JPEG"
-    return Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape), record_hash(data),
-                  tuple(source_shape))
+        rec = Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr),
+                     source_shape)
+    else:
+        fmt, source_shape = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
+        shape, plan = source_shape, None
+        if opts.max_side and max(shape) > opts.max_side:
+            data, shape = _reencode(data, where, opts)
+            fmt = "JPEG"
+            plan = Plan(None, source_shape[::-1], shape[::-1], (0, 0))  # a stretch to the re-encoded size
+        rec = Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape), record_hash(data),
+                     tuple(source_shape))
+    if source.schema:
+        rec.fields = pack_fields(source, i, opts, plan, rec.shape, source_shape)
+    return rec
 
 
 def _read_error(path: Path, e: OSError) -> str:

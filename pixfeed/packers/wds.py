@@ -32,6 +32,7 @@ import numpy as np
 
 from ..checksum import file_hash, record_hash
 from ..errors import OptionError
+from ..fields.members import to_member
 from ..layouts.wds import LABEL_EXTENSION, MEMBER_EXTENSIONS, META_EXTENSION, member_keys, shard_name
 from . import _tar
 from .records import Record
@@ -75,6 +76,7 @@ def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 class WdsWriter(Writer):
     """Plans shards from source sizes; each task writes a shard or a piece of one."""
+    own_fields = True  # fields are members of each sample, written by the task
 
     def plan(self, workers: int) -> List[np.ndarray]:
         n, opts = len(self.source), self.opts
@@ -149,8 +151,13 @@ class WdsWriter(Writer):
         meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
                 "size": list(rec.source_shape), "index": index, "xxh3_64": f"{record_hash(payload):016x}"}
         name = self.names[rec.index]
+        fields = [(f.name, *to_member(f, rec.fields[f.name], self.opts.store, self.opts.size))
+                  for f in self.source.schema]
+        if fields:
+            meta["fields"] = {field: f"{record_hash(data):016x}" for field, _, data in fields}
         return (_tar.write_member(f, f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
                 + _tar.write_member(f, f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii"))
+                + sum(_tar.write_member(f, f"{name}.{field}.{ext}", data) for field, ext, data in fields)
                 + _tar.write_member(f, f"{name}.{META_EXTENSION}", _json(meta)))
 
     def finished(self, result: TaskResult) -> List[str]:
@@ -193,7 +200,7 @@ def _renumber(path: Path, start: int) -> None:
         index = itertools.count(start)
         for info in src:
             data = src.extractfile(info).read()
-            if info.name.endswith(f".{META_EXTENSION}"):
+            if info.name.endswith(f".{META_EXTENSION}") and info.name.count(".") == 1:  # not a field's K.NAME.json
                 meta = json.loads(data)
                 meta["index"] = next(index)
                 data = _json(meta)

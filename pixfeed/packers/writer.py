@@ -26,6 +26,8 @@ class TaskResult:
     skipped: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     extra: object = None
+    field_lengths: List[List[int]] = field(default_factory=list)    # per kept record, per schema field
+    field_checksums: List[List[int]] = field(default_factory=list)  # xxh3_64 of those stored bytes
 
 
 class Writer:
@@ -33,8 +35,11 @@ class Writer:
 
     ``begin``, ``task_done``, ``finish`` and ``abort`` run in the main process;
     ``write_task`` runs in a worker, consumes the task's records and writes the
-    task's own output.
+    task's own output.  Fields (``Record.fields``) are staged for the writer in
+    part files (``fieldparts``), unless it writes them itself (``own_fields``).
     """
+    own_fields = False
+
     def __init__(self, root: Path, source: Source, opts: PackOptions):
         self.root, self.source, self.opts = root, source, opts
 
