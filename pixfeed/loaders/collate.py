@@ -16,6 +16,11 @@ tensors, and torch.distributed copies raw memory whatever the strides
 (pytorch/pytorch#62283): channels_last images would arrive scrambled on every
 other rank.  Pickled for spawned workers, it carries the parent's answer, which
 a fresh process cannot see.
+
+Samples with fields (``fields=`` of a pixfeed dataset: tuples or dicts) are
+collated per field by ``collate_fields``: tensors of one shape are stacked
+(images as above), ints, floats and bools become tensors, and everything else
+(str, JSON values, bytes, tensors of differing shapes such as boxes) a list.
 """
 from __future__ import annotations
 
@@ -51,6 +56,25 @@ def collate(batch: Sequence[Any]) -> Any:
     return default_collate(batch)
 
 
+def collate_fields(batch: Sequence[Any]) -> Any:
+    """A batch of field tuples or dicts, collated field by field (see the module's docstring)."""
+    first = batch[0]
+    if isinstance(first, dict):
+        return {k: _column([sample[k] for sample in batch]) for k in first}
+    return [_column([sample[j] for sample in batch]) for j in range(len(first))]
+
+
+def _column(values: List[Any]) -> Any:
+    head = values[0]
+    if isinstance(head, torch.Tensor):
+        if not all(isinstance(v, torch.Tensor) and v.shape == head.shape for v in values):
+            return list(values)
+        return _stack_hwc(values) if all(_hwc_view(v) for v in values) else torch.stack(values)
+    if all(type(v) is type(head) for v in values) and type(head) in (int, float, bool):
+        return torch.tensor(values)
+    return list(values)
+
+
 def _share(batch: Any) -> None:
     """Move a worker's batch into shared memory here, as ``default_collate`` builds it there: a full
     ``/dev/shm`` then fails this call and reaches the training process as an error.  Left to the queue's
@@ -63,14 +87,14 @@ def _share(batch: Any) -> None:
 class Collate:
     """``collate_fn``: ``collate`` (``whole_batches``: the batch as read), contiguous images under Accelerate."""
 
-    def __init__(self, whole_batches: bool, contiguous: Optional[bool] = None) -> None:
-        self.whole_batches, self.contiguous = whole_batches, contiguous
+    def __init__(self, whole_batches: bool, contiguous: Optional[bool] = None, fields: bool = False) -> None:
+        self.whole_batches, self.contiguous, self.fields = whole_batches, contiguous, fields
 
     def __reduce__(self) -> Any:
-        return Collate, (self.whole_batches, accelerate_splits())
+        return Collate, (self.whole_batches, accelerate_splits(), self.fields)
 
     def __call__(self, batch: Any) -> Any:
-        out = batch if self.whole_batches else collate(batch)
+        out = batch if self.whole_batches else collate_fields(batch) if self.fields else collate(batch)
         if self.whole_batches and get_worker_info() is not None:
             _share(out)
         contiguous = accelerate_splits() if self.contiguous is None else self.contiguous

@@ -179,7 +179,7 @@ def make_loader(
 def _check_batchable(dataset: Any, batch_size: int) -> None:
     """Refuse, before any worker starts, a pixfeed dataset whose images cannot share a batch."""
     if batch_size > 1 and getattr(dataset, "transform", False) is None and hasattr(dataset, "fixed_shape") \
-            and dataset.fixed_shape is None:
+            and dataset.fixed_shape is None and getattr(dataset, "default_fields", True):
         raise OptionError(f"{dataset.path}: its encoded images have different sizes and cannot be batched; "
                           "open it with size=224 (or HxW), crop='random' for training, or a transform that "
                           "resizes")
@@ -221,7 +221,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
 
 def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool, seed: Optional[int],
               distributed: Distributed, extents: Optional[Extents]) -> Dict[str, Any]:
-    collate_fn = Collate(whole_batches=plan.path == "batch")
+    collate_fn = Collate(whole_batches=plan.path == "batch", fields=_has_fields(source))
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
         return {"collate_fn": collate_fn}
@@ -230,6 +230,11 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
     sampler.quasi = plan.quasi
     sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}
+
+
+def _has_fields(source: Any) -> bool:
+    """Whether the (possibly wrapped) dataset returns fields other than (image, label)."""
+    return not getattr(getattr(source, "dataset", source), "default_fields", True)
 
 
 def _order_iterable(dataset: IterableDataset, shuffle: Optional[bool], seed: Optional[int]) -> None:
