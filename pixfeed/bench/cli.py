@@ -46,6 +46,9 @@ def add_command(subparsers) -> None:
     p = subparsers.add_parser("bench", help="which format and settings for your images on this machine: measures every one",
                               description=__doc__.splitlines()[0].split(": ", 1)[1])
     p.add_argument("src", nargs="?", type=Path, help="image folder (default: a synthetic sample of --count images)")
+    p.add_argument("--index", help="an index file (CSV, JSONL, Parquet) of SRC's images and their fields, as for "
+                   "pixfeed pack --index")
+    p.add_argument("--field", action="append", default=[], metavar="NAME:TYPE", help="with --index: a column's type")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated (default {','.join(FORMATS)})")
     p.add_argument("--store", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)} (default: all)")
     p.add_argument("--size", default="224", help="delivered image size S or HxW (default 224)")
@@ -71,12 +74,15 @@ def config(args: argparse.Namespace):
     for name in ("batch_size", "epochs", "count"):
         if getattr(args, name) < 1:
             raise OptionError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
+    if args.index and args.src is None:
+        raise OptionError("--index needs SRC, the folder its image paths are relative to")
     if args.max_side < 0:
         raise OptionError(f"--max-side {args.max_side}: expected 0 (no such row) or a size in pixels")
     return BenchConfig(src=args.src, formats=_names(args.formats, tuple(FORMATS), "formats"),
                        stores=_names(args.store, STORES, "store"), size=args.size, batch_size=args.batch_size,
                        epochs=args.epochs, workers=_workers(args.workers), cold=args.cold, count=args.count,
-                       max_side=args.max_side or None, disk_budget=args.disk_budget)
+                       max_side=args.max_side or None, disk_budget=args.disk_budget, index=args.index,
+                       fields=tuple(args.field))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import time
-from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
@@ -17,7 +16,7 @@ import torch
 from PIL import Image
 
 from ..decode import CROP_RATIO, Size, resize
-from ..source import scan
+from ..source import Source
 from .ceilings import bracket
 from .procstats import ProcUsage
 
@@ -28,8 +27,7 @@ MAX_EPOCHS = 20
 class FolderDataset(torch.utils.data.Dataset):
     """ImageFolder-style: ``(uint8 CHW RGB tensor, label)`` straight from the image files."""
 
-    def __init__(self, root: Path, size: Size) -> None:
-        source = scan(root)
+    def __init__(self, source: Source, size: Size) -> None:
         self.files = [source.root / p for p in source.paths]
         self.labels = source.labels.tolist()
         self.size = size

@@ -33,6 +33,7 @@ from ..loaders import make_loader
 from ..manifest import STORES
 from ..registry import FORMATS
 from ..source import scan
+from ..sources import scan_index
 from . import ceilings, machine
 from .packing import pack_measured, storage
 from .reading import FolderDataset, plain_loader, read_epochs
@@ -56,6 +57,8 @@ class BenchConfig:
     pack_workers: Optional[int] = None    # None = the usable CPUs
     max_side: Optional[int] = 384         # one more encoded row packed with --max-side; None or 0: none
     disk_budget: Optional[int] = None     # bytes a pack may take, for the recommendation; None: free space
+    index: Optional[str] = None           # an index file of src's images (pixfeed pack --index)
+    fields: Sequence[str] = ()            # its --field NAME:TYPE overrides
 
     def __post_init__(self) -> None:
         for what, names, known in (("format", self.formats, FORMATS), ("store", self.stores, STORES)):
@@ -69,8 +72,12 @@ class Bench:
     def __init__(self, cfg: BenchConfig, work: Path) -> None:
         self.cfg, self.work, self.size = cfg, work, parse_size(cfg.size)
         self.src = Path(cfg.src) if cfg.src else self._sample()
-        self.source = scan(self.src)
+        self.source = scan_index(cfg.index, self.src, fields=cfg.fields) if cfg.index else scan(self.src)
+        if self.source.blobs is not None:
+            raise OptionError(f"bench --index {cfg.index}: its images are bytes in the index; bench compares "
+                              "against reading image files, so give an index of image paths")
         self.blobs = [(self.source.root / p).read_bytes() for p in self.source.paths]
+        self.index_options = {"index": cfg.index, "field": cfg.fields} if cfg.index else {}
         self.shrunk: Dict[int, List[bytes]] = {}
         self.pack_procs = cfg.pack_workers or available_cpus()
 
@@ -114,7 +121,7 @@ class Bench:
             log.info("reading %s", name)
             with warnings.catch_warnings():  # torch's warning of more workers than CPUs: that is the point
                 warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
-                read = self.read(FolderDataset(self.src, self.size), make, self.decode_limit, self.source_files())
+                read = self.read(FolderDataset(self.source, self.size), make, self.decode_limit, self.source_files())
             rows.append({"name": name, "format": "folder", "store": "files", "pack": None, "storage": None,
                          "read": read})
         return rows
@@ -140,7 +147,7 @@ class Bench:
         # worker reads every shard, keeps 1 sample in N, and warns)
         shards = {"shard_size": -(-len(self.source) // (2 * self.pack_procs))} if fmt == "wds" else {}
         m, figures = pack_measured(self.src, dst, fmt, store, self.size, self.pack_procs, limit,
-                                   max_side=max_side, **shards)
+                                   max_side=max_side, **shards, **self.index_options)
         files = [dst / f for f in m["files"]]
         row = {"name": name, "format": fmt, "store": store, "max_side": max_side, "pack": figures,
                "storage": storage(files, self.cfg.cold)}

@@ -5,8 +5,8 @@
 ``image``, ``path``, ``file``, ``filename``) holds paths relative to SRC (a
 folder or a URL prefix), or in Parquet the image bytes themselves (a binary
 column, or Hugging Face ``datasets``' Image struct ``{bytes, path}``).
-``--class-column`` maps its values to class indices (sorted, as folder names
-are); every other column is a field, its type inferred (``infer``) unless
+``--class-column`` (default: a column named ``label``, if any) maps its values
+to class indices (sorted, as folder names are); every other column is a field, its type inferred (``infer``) unless
 ``--field NAME:TYPE`` gives it.  Keys are the image paths without extension
 (the struct's path, or the row number, for bytes); two rows of one key are an
 error.  Every cell but pictures is parsed here, so a bad cell stops the pack
@@ -52,6 +52,8 @@ def scan_index(index, src, image_column: Optional[str] = None, fields: Sequence[
     if not rows:
         raise SourceError(f"{name}: no rows")
     image = _image_column(name, columns, image_column)
+    if class_column is None and "label" in columns:
+        class_column = "label"
     store = Store(src, storage_options) if is_url(src) else None
     root = store.url if store else local_path(src)
     if store is None and not root.is_dir():
@@ -107,8 +109,9 @@ def _schema(name: str, columns, is_text: bool, exclude: set, given: Sequence[str
             continue
         out.append(parse_type(column, overrides[column], "--field") if column in overrides
                    else infer(column, cells, is_text))
-        if column not in overrides and out[-1].name in ("image", "label"):
-            raise SourceError(f"{name}: column {column!r} is a name every record has; rename it in the index")
+        if out[-1].name == "image":
+            raise SourceError(f"{name}: column 'image' is a name every record has and not the image column; "
+                              "rename it in the index")
     return out
 
 
