@@ -231,3 +231,16 @@ def test_datasets_without_fields_still_open(image_tree, tmp_path):
     (tmp_path / "ds/pixfeed.json").write_text(json.dumps(m))
     ds = pixfeed.open_dataset(tmp_path / "ds")
     assert ds[0][0].shape == (3, 8, 8) and pixfeed.open_dataset(tmp_path / "ds", fields=None)[0].keys() == {"image", "label"}
+
+
+def test_image_and_caption_batches_are_one_gathered_read(tree, tmp_path):
+    path = pack(tree, tmp_path / "ds", "mmap", "pixels")
+    ds = pixfeed.open_dataset(path, fields=("image", "caption", "emb"), size=24)
+    loader = pixfeed.make_loader(ds, 3, num_workers=0, shuffle=False)
+    assert loader.pixfeed_plan.path == "batch"
+    images, captions, emb = next(iter(loader))
+    one = [ds[i] for i in range(3)]
+    assert torch.equal(images, torch.stack([o[0] for o in one])) and captions == [o[1] for o in one]
+    assert torch.equal(emb, torch.stack([o[2] for o in one]))
+    masks = pixfeed.open_dataset(path, fields=("image", "mask"), size=24)  # follows the image: per sample
+    assert pixfeed.make_loader(masks, 3, num_workers=0).pixfeed_plan.path == "samples"

@@ -26,8 +26,9 @@ def test_plain_lmdb_reads_documented_layout(image_tree, tmp_path):
         keys = [k for k, _ in txn.cursor()]
     env.close()
     magic, version, kind, _, label, _, h, w, n = struct.unpack_from("<4sBBHqQIIQ", value)
-    assert (magic, version, label, n) == (b"PXFR", 1, source.labels[5], len(value) - 40)
-    assert kind in (1, 2) and value[40:] == (image_tree / source.paths[5]).read_bytes()
+    assert (magic, version, label, n) == (b"PXFR", 2, source.labels[5], len(value) - 40 - 4)
+    assert kind in (1, 2) and value[40:40 + n] == (image_tree / source.paths[5]).read_bytes()
+    assert value[40 + n:] == b"\x00\x00\x00\x00"  # the field table: no fields
     assert meta["count"] == len(source) and meta["classes"] == source.classes
     assert keys == [b"%010d" % i for i in range(len(source))] + [b"__pixfeed__"]
 

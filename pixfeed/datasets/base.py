@@ -46,7 +46,7 @@ from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_
 from ..geometry import center_slices, check_crop_ratio
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
 from ..cache import stage
-from ..fields import BUILTIN, from_json, select
+from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
 from ..storage import Store, is_url, join, local_path
 from .fieldvalues import FieldValues, torch_rng
@@ -146,9 +146,9 @@ class ImageRecords(FieldValues):
 
     @property
     def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
-        """(3, H, W) when every image comes out at one shape (before ``transform``) and samples are
-        ``(image, label)``; else None."""
-        if not self.default_fields:
+        """(3, H, W) when every image comes out at one shape (before ``transform``) and a batch can be
+        read in one call (``get_batch``): no fields, or fields with the image and none that follows it."""
+        if not self.default_fields and (self.fields is None or "image" not in self.fields or self._geometric()):
             return None
         if self.size is not None:
             return (3, *self.size)
@@ -268,14 +268,25 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         """{name: stored bytes} of the fields ``names`` of valid ``indices``, checksums checked."""
         raise NotImplementedError
 
-    def get_batch(self, indices: Sequence[int]) -> Tuple[torch.Tensor, torch.Tensor]:
-        """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels)."""
+    def get_batch(self, indices: Sequence[int]) -> Tuple[torch.Tensor, ...]:
+        """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels); with
+        ``fields=`` (a tuple with the image, and no field that follows its geometry), the fields in
+        that order, each collated as ``make_loader`` collates them."""
+        if self.fixed_shape is None:
+            raise DatasetError(f"{self.path}: images have different sizes (pass size=), or fields={self.fields} "
+                               "need per-sample reads; read it by index or through make_loader")
+        idx, images, labels = self._image_batch(indices)
+        if self.default_fields:
+            return images, labels
+        raw = self.read_fields(idx, [n for n in self.fields if n not in BUILTIN])
+        columns = {"image": images, "label": labels}
+        for f in self.schema:
+            if f.name in self.fields:
+                columns[f.name] = codec.column([codec.decode(f, r[f.name]) for r in raw])
+        return tuple(columns[n] for n in self.fields)
+
+    def _image_batch(self, indices: Sequence[int]) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         shape = self.fixed_shape
-        if not self.default_fields:
-            raise DatasetError(f"{self.path}: get_batch reads (images, labels); this dataset returns fields "
-                               f"{self.fields}: read it by index (or through make_loader)")
-        if shape is None:
-            raise DatasetError(f"{self.path}: images have different sizes; pass size= to get batches")
         idx, stored, labels = self.read_checked(indices)
         if isinstance(stored, np.ndarray) and not self.cpu_bound:
             rows, cols = self._slice_crop()
@@ -289,4 +300,4 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         images = torch.from_numpy(batch).permute(0, 3, 1, 2)
         if self.transform is not None:
             images = torch.stack([self.transform(x) for x in images])
-        return images, torch.from_numpy(np.asarray(labels, dtype=np.int64))
+        return idx, images, torch.from_numpy(np.asarray(labels, dtype=np.int64))

@@ -57,3 +57,17 @@ def fixed_row(field: Field, store: str, size) -> Optional[Tuple[np.dtype, tuple]
     if field.type == "ndarray" and not field.variable:
         return array.stored_dtype(field.dtype), tuple(field.shape)
     return None
+
+
+def column(values: list):
+    """Values of one field across a batch: tensors of one shape stacked, ints, floats and bools as a
+    tensor, anything else (text, JSON values, bytes, arrays of differing shapes) a list."""
+    import torch
+
+    head = values[0]
+    if isinstance(head, torch.Tensor):
+        same = all(isinstance(v, torch.Tensor) and v.shape == head.shape for v in values)
+        return torch.stack(values) if same else list(values)
+    if all(type(v) is type(head) for v in values) and type(head) in (int, float, bool):
+        return torch.tensor(values)
+    return list(values)

@@ -29,6 +29,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
+from pixfeed.fields.codec import column
 from pixfeed.world import accelerate_splits
 
 
@@ -65,14 +66,10 @@ def collate_fields(batch: Sequence[Any]) -> Any:
 
 
 def _column(values: List[Any]) -> Any:
-    head = values[0]
-    if isinstance(head, torch.Tensor):
-        if not all(isinstance(v, torch.Tensor) and v.shape == head.shape for v in values):
-            return list(values)
-        return _stack_hwc(values) if all(_hwc_view(v) for v in values) else torch.stack(values)
-    if all(type(v) is type(head) for v in values) and type(head) in (int, float, bool):
-        return torch.tensor(values)
-    return list(values)
+    """``fields.codec.column``, with HWC-backed images of one shape stacked as ``collate`` stacks them."""
+    if all(_hwc_view(v) and v.shape == values[0].shape for v in values):
+        return _stack_hwc(values)
+    return column(values)
 
 
 def _share(batch: Any) -> None:
@@ -105,5 +102,6 @@ class Collate:
 
 def batch_images(batch: Any) -> int:
     """Images in a batch: the length of its first element (the images of an (images, labels) pair)."""
-    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch
+    first = next(iter(batch.values())) if isinstance(batch, dict) and batch else \
+        batch[0] if isinstance(batch, (tuple, list)) and batch else batch
     return len(first) if hasattr(first, "__len__") else 1
