@@ -111,7 +111,7 @@ def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
     from .datasets.protocol import CheckedReads
 
     try:
-        ds = open_dataset(str(root), checksums=True, storage_options=storage_options)
+        ds = open_dataset(str(root), checksums=True, storage_options=storage_options, fields=None)
         if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return
@@ -134,6 +134,7 @@ def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
     """(index, stored, label, problem) per record; a chunk that fails is re-read one by one."""
     try:
         idx, stored, labels = ds.read_checked(list(chunk))
+        _read_fields(ds, idx)
     except Exception:  # noqa: BLE001 - re-read record by record, to name each bad one
         yield from (_read_one(ds, i, report) for i in chunk)
         return
@@ -141,9 +142,16 @@ def _read(ds, chunk: range, report: Report) -> Iterator[tuple]:
     yield from ((i, s, label, None) for i, s, label in zip(idx.tolist(), stored, labels))
 
 
+def _read_fields(ds, idx) -> None:
+    """Read every field of ``idx``, checking its checksums (CorruptDataError names the record and field)."""
+    if ds.schema:
+        ds.read_fields(np.asarray(idx, dtype=np.int64), [f.name for f in ds.schema])
+
+
 def _read_one(ds, i: int, report: Report) -> tuple:
     try:
         _, stored, labels = ds.read_checked([i])
+        _read_fields(ds, [i])
     except Exception as e:  # noqa: BLE001 - a reader's library may raise its own types on damage
         msg = str(e) if isinstance(e, PixfeedError) else f"cannot read ({type(e).__name__}: {e})"
         return i, None, None, msg if f"record {i}" in msg else f"{ds.where(i)}: {msg}"
@@ -155,7 +163,8 @@ def _check_stream(ds, manifest: dict, deep: bool, report: Report, progress) -> I
     """Iterable readers (wds) check checksums and decode as they stream; check what comes out."""
     shape = manifest["shape"] and (3, *manifest["shape"][:2])
     try:
-        for image, label in ds:
+        for sample in ds:
+            image, label = sample["image"], sample["label"]
             where = f"{ds.path}: record {report.records} in stream order"
             report.records += 1
             yield from filter(None, [_label_problem(where, label, manifest),

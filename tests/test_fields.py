@@ -244,3 +244,20 @@ def test_image_and_caption_batches_are_one_gathered_read(tree, tmp_path):
     assert torch.equal(emb, torch.stack([o[2] for o in one]))
     masks = pixfeed.open_dataset(path, fields=("image", "mask"), size=24)  # follows the image: per sample
     assert pixfeed.make_loader(masks, 3, num_workers=0).pixfeed_plan.path == "samples"
+
+
+@pytest.mark.parametrize("fmt", ["mmap", "wds"])
+def test_verify_checks_every_field(tree, tmp_path, fmt):
+    from pixfeed.verify import verify
+
+    path = pack(tree, tmp_path / "ds", fmt, "encoded")
+    assert verify(path, deep=True).ok
+    if fmt == "mmap":
+        target = path / "fields/caption.bin"
+        data = bytearray(target.read_bytes())
+        data[3] ^= 0x01
+        target.write_bytes(bytes(data))
+    else:
+        flip_in_file(next(path.glob("*.tar")), "caption 2 é".encode(), 2)
+    problems = verify(path, deep=True).problems
+    assert any("caption" in p for p in problems) if fmt == "mmap" else problems
