@@ -63,7 +63,7 @@ def test_a_registered_fifth_format_packs_and_opens_through_the_cli(image_tree, t
     assert m["format"] == "fake" and m["options"]["seed"] == 5 and "shard_size" not in m["options"]
     ds = open_dataset(dst)
     assert type(ds) is FakeDataset and ds[0][0].shape == (3, 8, 8)
-    assert main(["info", str(dst)]) == 0 and "fake (layout version 1)" in capsys.readouterr().out
+    assert main(["info", str(dst)]) == 0 and "fake (layout version 2)" in capsys.readouterr().out
     with pytest.raises(pixfeed.errors.OptionError, match=r"--seed \(seed=\) applies to format wds and fake only, "
                                                          r"not mmap"):
         pixfeed.pack(image_tree, tmp_path / "m", "mmap", seed=1)

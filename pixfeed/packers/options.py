@@ -93,7 +93,11 @@ class PackOptions:
         foreign = set(format_options()) - set(fmt.options)
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in foreign and k not in _NOT_RECORDED}
         out["size"] = list(self.size) if self.size else None
-        out.update(field=list(self.field), per_box=list(self.per_box))
+        if self.index is None:  # a folder source: the index options did not apply
+            for option in ("index", *_INDEX_ONLY):
+                del out[option]
+        else:
+            out.update(field=list(self.field), per_box=list(self.per_box))
         return out
 
 
