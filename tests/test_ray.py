@@ -160,3 +160,16 @@ def test_pack_from_and_to_a_bucket(cluster, src, tmp_path, bucket, s3_server):
     both = pack(f"{bucket}/train", f"{bucket}/wds", "wds", executor="ray", storage_options=so, **opts)
     assert both["files"] == local["files"] and both["shards"] == local["shards"]
     assert read_manifest(f"{bucket}/wds", so)["files"] == local["files"]
+
+
+@pytest.mark.parametrize("fmt,store", [("mmap", "pixels"), ("lmdb", "encoded")])
+def test_ray_packs_an_index_with_fields_as_local_does(cluster, tmp_path, fmt, store):
+    from fieldtree import FIELDS, make_field_tree
+
+    tree = make_field_tree(tmp_path / "fields", 6)
+    index = dict(index=str(tree / "index.jsonl"), field=[f for f in FIELDS[1::2] if ":" in f], per_box="box_cls",
+                 **({"size": 16} if store == "pixels" else {}))
+    pack(tree, tmp_path / "local", fmt, store=store, workers=2, **index)
+    m = pack(tree, tmp_path / "ray", fmt, store=store, executor="ray", **index)
+    assert m["count"] == 6 and len(m["schema"]) == 9
+    assert_same_pack(tmp_path / "local", tmp_path / "ray")
