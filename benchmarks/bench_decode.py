@@ -28,7 +28,7 @@ from PIL import Image
 from pixfeed import _jpeghead
 from pixfeed._fastdecode import resize_uint8
 from pixfeed.decode import decode
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 def usual(data: bytes, s: int = 224) -> np.ndarray:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pixfeed
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 def write_index(src: Path, out: Path) -> Path:

@@ -25,7 +25,7 @@ import torch
 
 from pixfeed import make_loader, open_dataset, pack
 from pixfeed.cpus import available_cpus
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 from bench_decode import usual
 
 

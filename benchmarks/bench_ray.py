@@ -35,7 +35,7 @@ from pixfeed.cpus import available_cpus
 from pixfeed.packers import PackOptions, pack
 from pixfeed.packers.writer import TaskResult
 from pixfeed.registry import get, writer_class
-from pixfeed.source import Source
+from pixfeed.sources.folder import Source
 
 CLUSTER_CPUS = 64
 

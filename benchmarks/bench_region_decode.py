@@ -44,7 +44,7 @@ from bench_decode import interleaved
 from pixfeed import _jpeghead, _regiondecode, geometry
 from pixfeed._fastdecode import dct_divisor
 from pixfeed.decode import decode
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 SHIM = r"""
 #include <stdio.h>

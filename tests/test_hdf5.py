@@ -12,7 +12,7 @@ import torch
 from pixfeed.datasets import H5ImageDataset, MmapImageDataset
 from pixfeed.errors import OptionError
 from pixfeed.packers import pack
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 @pytest.mark.parametrize("compression", [None, "lzf", "gzip"])

@@ -28,7 +28,7 @@ LAYERS = {
     # its memory, the distributed world, per-sample seeds, storage (URLs, the local cache of remote datasets),
     # shared helpers
     "__init__.py": CORE, "errors.py": CORE, "checksum.py": CORE, "record.py": CORE, "manifest.py": CORE,
-    "registry.py": CORE, "source.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
+    "registry.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
     "_jpeghead.py": CORE, "_regiondecode.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE,
     "pagecache.py": CORE,
     "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,

@@ -13,7 +13,7 @@ import pixfeed.packers.lmdb as lmdb_writer
 from pixfeed.datasets import LmdbImageDataset
 from pixfeed.errors import CorruptDataError, OutputError
 from pixfeed.packers import pack
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 def test_plain_lmdb_reads_documented_layout(image_tree, tmp_path):

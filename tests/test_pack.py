@@ -15,7 +15,7 @@ import pixfeed
 from pixfeed.datasets import MmapImageDataset
 from pixfeed.errors import CorruptDataError, DatasetError, OptionError, SourceError
 from pixfeed.packers import executors
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 from conftest import fail_record_at, write_image
 from reference import reference_pixels

@@ -22,7 +22,7 @@ from pixfeed.packers import pack
 from pixfeed.packers.mmap import MmapWriter
 from pixfeed.packers.writer import Writer
 from pixfeed.registry import writer_class
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 BROKEN = b"\xff\xd8\xff not really a jpeg"
 

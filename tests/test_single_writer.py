@@ -15,7 +15,7 @@ import torch
 from pixfeed.datasets import MmapImageDataset, open_dataset
 from pixfeed.errors import CorruptDataError
 from pixfeed.packers import pack
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 def pack_both(src: Path, tmp: Path, fmt: str, **options):

@@ -9,7 +9,7 @@ from conftest import write_image
 
 from pixfeed.errors import SourceError
 from pixfeed.packers import pack
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 def test_a_class_folder_without_images_keeps_its_label(tmp_path):

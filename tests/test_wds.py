@@ -26,7 +26,7 @@ from pixfeed.loaders import make_loader
 from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
 from pixfeed.packers.wds import add_member
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 
 
 class Indexed(WdsImageDataset):

@@ -24,7 +24,7 @@ from pixfeed.datasets import open_dataset
 from pixfeed.decode import decode
 from pixfeed.errors import PixfeedError
 from pixfeed.packers import pack
-from pixfeed.source import scan
+from pixfeed.sources.folder import scan
 from pixfeed.verify import verify
 
 SIZE = 24

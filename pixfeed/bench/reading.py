@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from ..decode import CROP_RATIO, Size, resize
-from ..source import Source
+from ..sources.folder import Source
 from .ceilings import bracket
 from .procstats import ProcUsage
 

@@ -32,7 +32,7 @@ from ..errors import OptionError
 from ..loaders import make_loader
 from ..manifest import STORES
 from ..registry import FORMATS
-from ..source import scan
+from ..sources.folder import scan
 from ..sources import scan_index
 from . import ceilings, machine
 from .packing import pack_measured, storage

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import PixfeedError, SourceError
 from ..fields import codec, picture
 from ..fields.array import transform
-from ..source import Source
+from ..sources.folder import Source
 
 
 def pack_fields(source: Source, i: int, opts, plan, size, image_shape) -> Dict[str, bytes]:

@@ -25,7 +25,7 @@ import numpy as np
 from ..decode import sniff
 from ..layouts.lmdb import DATA, META_FORMAT, META_KEY, record_key
 from ..record import HEADER, pack_fields, pack_header
-from ..source import Source
+from ..sources.folder import Source
 from .options import PackOptions
 from .fieldparts import FieldParts
 from .staging import StagedWriter

@@ -23,7 +23,7 @@ from ..checksum import record_hash
 from ..decode import EXTENSIONS, check_encoded, decode, decode_for_pack, sniff
 from ..errors import SourceError
 from ..geometry import Plan
-from ..source import Source
+from ..sources.folder import Source
 from .fieldrecords import pack_fields
 from .options import PackOptions
 

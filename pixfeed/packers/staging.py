@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, List
 
 import numpy as np
 
-from ..source import Source
+from ..sources.folder import Source
 from ._files import allocate_rows, read_part, write_part, write_rows
 from .options import PackOptions
 from .records import Record

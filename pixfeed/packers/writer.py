@@ -7,7 +7,7 @@ from typing import Iterator, List
 
 import numpy as np
 
-from ..source import Source
+from ..sources.folder import Source
 from .options import PackOptions
 from .records import Record
 

@@ -1,6 +1,6 @@
 """Where a pack's samples come from; every source gives the same ``Source`` to the pack planner.
 
-* an image folder (``pixfeed.source.scan``: ImageFolder layout or flat), and
+* an image folder (``folder.scan``: ImageFolder layout or flat), and
 * an index file (``index.scan_index``: CSV, JSONL or Parquet, one row per
   sample, with typed fields).
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..source import Source, scan
+from .folder import Source, scan
 from .index import scan_index
 
 

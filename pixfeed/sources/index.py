@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import OptionError, SourceError
 from ..fields import Field, parse_field_option, parse_type
 from ..fields.codec import parse
-from ..source import Source
+from .folder import Source
 from ..storage import Store, is_url, local_path
 from .infer import infer
 from .tables import read_table
