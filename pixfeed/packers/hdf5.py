@@ -87,9 +87,18 @@ class H5Writer(StagedWriter):
         for field, out in zip(schema, outs):
             if field.type in ("ndarray", "boxes"):
                 out.attrs["shape"] = json.dumps(list(field.shape))
-        for k, values in enumerate(FieldParts(self.root).read_all(results)):
-            for field, out, row, data in zip(schema, outs, rows, values):
-                out[k] = np.frombuffer(data, row[0]).reshape(row[1]) if row else _vlen_value(field, data)
+        records = FieldParts(self.root).read_all(results)
+        for start in range(0, n, _ROWS):  # blocks of rows: h5py costs ~50 us a write call
+            block = list(islice(records, _ROWS))
+            for j, (field, out, row) in enumerate(zip(schema, outs, rows)):
+                values = [v[j] for v in block]
+                if row:
+                    out[start:start + len(block)] = np.frombuffer(b"".join(values), row[0]).reshape(-1, *row[1])
+                else:
+                    column = np.empty(len(block), dtype=object)
+                    for k, data in enumerate(values):  # one by one: equal-length rows would broadcast
+                        column[k] = _vlen_value(field, data)
+                    out.write_direct(column, dest_sel=np.s_[start:start + len(block)])
         for j, field in enumerate(schema):
             f[f"{layout.FIELD_CHECKSUMS}/{field.name}"] = np.array(
                 [c[j] for r in results for c in r.field_checksums], dtype="<u8")
