@@ -261,3 +261,10 @@ def test_verify_checks_every_field(tree, tmp_path, fmt):
         flip_in_file(next(path.glob("*.tar")), "caption 2 é".encode(), 2)
     problems = verify(path, deep=True).problems
     assert any("caption" in p for p in problems) if fmt == "mmap" else problems
+
+
+@pytest.mark.parametrize("store", ["encoded", "pixels"])
+def test_wds_shard_bytes_bound_counts_the_fields(tree, tmp_path, store):
+    path = pack(tree, tmp_path / "ds", "wds", store, extra=["--shard-bytes", "40960"])
+    shards = pixfeed.read_manifest(path)["shards"]
+    assert len(shards) > 1 and all(s["bytes"] <= 40960 for s in shards)

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..checksum import file_hash, record_hash
 from ..errors import OptionError
+from ..fields import codec
 from ..fields.members import to_member
 from ..layouts.wds import LABEL_EXTENSION, MEMBER_EXTENSIONS, META_EXTENSION, member_keys, shard_name
 from . import _tar
@@ -111,7 +112,29 @@ class WdsWriter(Writer):
         headers = np.array([3 * _header_bytes(f"{name}.{META_EXTENSION}") for name in self.names])
         labels = np.maximum(self.source.labels, 0)
         text = np.array([len(key) + len(classes[label]) for key, label in zip(self.source.keys, labels)])
-        return headers + _pad(payload) + _BLOCK + _pad(_JSON_FIXED + 6 * text)  # 6: a "\uXXXX" escape
+        return headers + _pad(payload) + _BLOCK + _pad(_JSON_FIXED + 6 * text) + self._field_estimates()
+
+    def _field_estimates(self) -> np.ndarray:
+        """Upper bound of each sample's field members: a header (PAX for a long name), the bytes (a
+        .npy header more), 32 bytes of checksum in the .json; a picture by its source file or pixels."""
+        out = np.zeros(len(self.source), np.int64)
+        for f in self.source.schema:
+            cells = self.source.values[f.name]
+            for i, v in enumerate(cells):
+                out[i] += 3 * _BLOCK + 32 + int(_pad(self._field_bytes(f, v)))
+        return out
+
+    def _field_bytes(self, f, value) -> int:
+        if f.type not in ("image", "mask"):
+            return len(codec.encode(f, value))
+        if self.opts.store == "pixels":
+            return self.opts.size[0] * self.opts.size[1] * (3 if f.type == "image" else 1) + 128
+        if isinstance(value, bytes) or self.source.remote is not None:
+            return len(value) if isinstance(value, bytes) else 0
+        try:
+            return (self.source.root / value).stat().st_size
+        except OSError:
+            return 0  # reported when the file is read
 
     def _shard_ends(self, sizes: np.ndarray) -> List[int]:
         """End positions of the shards: greedy, closing a shard before either bound is passed."""
