@@ -10,7 +10,7 @@ import pytest
 from conftest import fail_record_at, make_tree
 from pixfeed import cache
 from pixfeed.datasets import WdsImageDataset, open_dataset
-from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, StorageError
+from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, SourceError, StorageError
 from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
 from pixfeed.storage import Store
@@ -241,3 +241,18 @@ def test_server_lost_mid_pack_leaves_no_manifest_and_the_next_pack_recovers(tree
     Store(url, so).write("shard-000003.tar", b"half an upload")
     m = pack(tree, url, "wds", shard_size=5, storage_options=so)
     assert sorted(Store(url, so).list()) == sorted([*m["files"], "pixfeed.json"])
+
+
+def test_pack_an_index_and_its_images_from_a_bucket(tmp_path, bucket, s3_server):
+    from fieldtree import FIELDS, make_field_tree
+
+    so = s3_server.options
+    tree = make_field_tree(tmp_path / "fields", 4)
+    upload_tree(tree, f"{bucket}/src", so)
+    fields = dict(field=[f for f in FIELDS[1::2] if ":" in f], per_box="box_cls")
+    local = pack(tree, tmp_path / "local", "lmdb", workers=2, index=str(tree / "index.csv"), **fields)
+    remote = pack(f"{bucket}/src", tmp_path / "remote", "lmdb", workers=2, storage_options=so,
+                  index=f"{bucket}/src/index.csv", **fields)
+    assert remote["files"] == local["files"] and remote["schema"] == local["schema"]
+    with pytest.raises(SourceError, match=r"--index s3://.*/nope\.csv: cannot read"):
+        pack(f"{bucket}/src", tmp_path / "none", "lmdb", storage_options=so, index=f"{bucket}/src/nope.csv")

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import OptionError, SourceError
+from ..errors import OptionError, PixfeedError, SourceError
 from ..fields import Field, parse_field_option, parse_type
 from ..fields.codec import parse
 from .folder import Source
@@ -67,16 +67,21 @@ def scan_index(index, src, image_column: Optional[str] = None, fields: Sequence[
     src.per_box = _per_box(schema, per_box)
     src.values = {f.name: [parse(f, c, src.field_where(i, f.name), is_text) for i, c in enumerate(columns[f.name])]
                   for f in schema}
+    listing = store.list() if store is not None and src.blobs is None else {}
     src.sizes = np.array([len(b) for b in src.blobs] if src.blobs is not None else
-                         [_size(root, p, store) for p in src.paths], np.int64)
+                         [listing.get(p, 0) if store else _size(root / p) for p in src.paths], np.int64)
     src.origin = {"kind": "index", "index": name, "image_column": image, "class_column": class_column}
     return src
 
 
 def _read_index(index, storage_options) -> tuple:
     if is_url(index):
-        store = Store(index, storage_options)
-        return store.fs.cat_file(store.path()), store.url
+        prefix, _, name = str(index).rstrip("/").rpartition("/")
+        store = Store(prefix, storage_options)
+        try:
+            return store.read(name), store.url_of(name)
+        except PixfeedError as e:
+            raise SourceError(f"--index {index}: cannot read ({e})") from None
     path = Path(index)
     try:
         return path.read_bytes(), str(path)
@@ -172,10 +177,8 @@ def _per_box(schema: List[Field], names: Sequence[str]) -> tuple:
     return tuple(names)
 
 
-def _size(root, rel: str, store) -> int:
-    if store is not None:
-        return 0
+def _size(path: Path) -> int:
     try:
-        return (root / rel).stat().st_size
+        return path.stat().st_size
     except OSError:
         return 0
