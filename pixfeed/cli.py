@@ -135,6 +135,8 @@ def _origin(source) -> str:
         return "an image folder"
     if source.get("kind") == "index":
         return f"index {source['index']} (image column {source['image_column']!r})"
+    if source.get("kind") == "pixfeed":
+        return f"the pixfeed dataset {source['path']} ({source['format']}/{source['store']})"
     return "an image folder"
 
 

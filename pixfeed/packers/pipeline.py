@@ -33,6 +33,7 @@ from ..sources import scan_source
 from ..storage import is_url, local_path
 from .executors import make_executor, run_tasks
 from .fieldparts import FieldParts
+from .fromdataset import is_dataset, scan_dataset
 from .options import PackOptions
 from .upload import Upload
 from .writer import Writer
@@ -75,7 +76,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
     if upload is None:
         dst = _local_dst(local_path(dst), opts.overwrite)
-    source = scan_source(src, opts, storage_options)
+    source = scan_dataset(src, dst) if is_dataset(src) else scan_source(src, opts, storage_options)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
     start = time.perf_counter()
     writer: Optional[Writer] = None

@@ -1,0 +1,112 @@
+"""A pixfeed dataset as a pack's source: repack it in another format, store mode or size.
+
+``pixfeed pack OLD NEW --format wds`` where OLD holds ``pixfeed.json``: its
+records, keys, labels, classes and fields are carried over, every checksum
+checked on the way in (``read_checked``, ``read_fields``).  Encoded records
+go to the new pack as the bytes they are; stored pixels (and pixels-mode masks
+and second images) as lossless PNGs, so a repack to pixels resizes what OLD
+stored.  Images are read in the pack's tasks, a task's slice at a time; the
+fields are read once, by the driver.  The manifest's ``source`` names OLD.
+A WebDataset dataset cannot be a source yet (its records are not addressable
+by index); repacking one onto itself is refused.
+"""
+from __future__ import annotations
+
+import io
+from typing import Iterator, Tuple
+
+import numpy as np
+from PIL import Image
+
+from ..errors import OptionError, SourceError
+from ..fields import array, picture
+from ..fields.codec import decode
+from ..manifest import MANIFEST_NAME
+from ..sources import Source
+from ..storage import is_url, local_path
+
+BLOCK = 256  # records read at once by a task
+
+
+def is_dataset(src) -> bool:
+    """Whether ``src`` is a local pixfeed dataset (a folder holding the manifest)."""
+    return not is_url(src) and (local_path(src) / MANIFEST_NAME).is_file()
+
+
+class DatasetSource(Source):
+    """The records of a packed dataset, read through its reader."""
+    dataset = None
+
+    def where(self, i: int) -> str:
+        return self.dataset.where(i)
+
+    def field_where(self, i: int, name: str) -> str:
+        return f"{self.dataset.where(i)}, field {name}"
+
+    def fetch(self, indices) -> Iterator[Tuple[int, object]]:
+        indices = [int(i) for i in indices]
+        for start in range(0, len(indices), BLOCK):
+            idx, stored, _ = self.dataset.read_checked(indices[start:start + BLOCK])
+            yield from zip(idx.tolist(), (_encoded(s, self.dataset.store) for s in stored))
+
+
+def _encoded(stored, store: str) -> bytes:
+    """Encoded records as they are; stored pixels as a PNG (lossless)."""
+    return bytes(stored) if store == "encoded" else _png(np.asarray(stored))
+
+
+def _png(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def scan_dataset(src, dst) -> DatasetSource:
+    from ..datasets import open_dataset
+
+    root = local_path(src)
+    if not is_url(dst) and local_path(dst).resolve() == root.resolve():
+        raise OptionError(f"destination {dst} is the source dataset itself; repack to another DST")
+    ds = open_dataset(root, fields=None)
+    if ds.format == "wds":
+        raise SourceError(f"source {root}: repacking a wds dataset is not supported yet (its records are read as "
+                          "a stream); pack its original images, or repack a map-style format (mmap, lmdb, hdf5)")
+    n, names = len(ds), [f.name for f in ds.schema]
+    keys = [ds.key(i) for i in range(n)]
+    labels = np.concatenate([ds.read_labels(np.arange(s, min(s + BLOCK, n))) for s in range(0, n, BLOCK)]) \
+        if n else np.zeros(0, np.int64)
+    source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, _sizes(ds, n))
+    source.dataset, source.schema, source.per_box = ds, ds.schema, ds.per_box
+    source.values = _values(ds, names, n)
+    source.origin = {"kind": "pixfeed", "path": str(root), "format": ds.format, "store": ds.store}
+    return source
+
+
+def _sizes(ds, n: int) -> np.ndarray:
+    stored = sum(meta["bytes"] for meta in ds.manifest["files"].values())
+    return np.full(n, stored // max(n, 1), np.int64)
+
+
+def _values(ds, names, n: int) -> dict:
+    """Every field's value per record, as an index source holds them (pictures as file bytes)."""
+    values = {name: [] for name in names}
+    by_name = {f.name: f for f in ds.schema}
+    for start in range(0, n, BLOCK):
+        for raw in ds.read_fields(np.arange(start, min(start + BLOCK, n)), names):
+            for name in names:
+                values[name].append(_value(by_name[name], raw[name], ds))
+    return values
+
+
+def _value(f, data, ds):
+    if f.type in ("mask", "image"):
+        if ds.store == "encoded":
+            return bytes(data)
+        shape = ds.stored_shape if f.type == "image" else ds.stored_shape[:2]
+        return _png(np.frombuffer(data, np.uint8).reshape(shape)) if f.type == "image" else \
+            picture.encode_mask(np.frombuffer(data, np.uint8).reshape(shape))
+    if f.type in ("ndarray", "boxes"):
+        return array.decode(f, data).copy()
+    return decode(f, data)
+
+

@@ -1,0 +1,74 @@
+"""A pixfeed dataset as a pack's source: every map-style format to every format, both stores."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pixfeed
+from conftest import make_tree
+from fieldtree import FIELDS, make_field_tree
+from pixfeed.errors import CorruptDataError, OptionError, SourceError
+
+FIELD_OPTS = dict(field=[f for f in FIELDS[1::2] if ":" in f], per_box="box_cls")
+
+
+def everything(path):
+    ds = pixfeed.open_dataset(path, fields=None, **({"shuffle": False} if
+                                                    pixfeed.read_manifest(path)["format"] == "wds" else {}))
+    items = list(ds) if isinstance(ds, torch.utils.data.IterableDataset) else [ds[i] for i in range(len(ds))]
+    return {item["caption"]: item for item in items}
+
+
+def same(a, b) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return make_field_tree(tmp_path_factory.mktemp("repack"), 5)
+
+
+@pytest.mark.parametrize("store", ["encoded", "pixels"])
+@pytest.mark.parametrize("old", ["mmap", "lmdb", "hdf5"])
+def test_repack_to_every_format_keeps_every_field(tree, tmp_path, old, store):
+    size = {"size": 24} if store == "pixels" else {}
+    pixfeed.pack(tree, tmp_path / "old", old, store=store, index=str(tree / "index.csv"), workers=1, **size,
+                 **FIELD_OPTS)
+    want = everything(tmp_path / "old")
+    for new in ("mmap", "lmdb", "hdf5", "wds"):
+        m = pixfeed.pack(tmp_path / "old", tmp_path / new, new, store=store, workers=1, **size)
+        assert m["source"] == {"kind": "pixfeed", "path": str(tmp_path / "old"), "format": old, "store": store}
+        assert m["classes"] == ["cat", "dog"] and m["schema"] == pixfeed.read_manifest(tmp_path / "old")["schema"]
+        got = everything(tmp_path / new)
+        assert got.keys() == want.keys() and all(same(got[k], want[k]) for k in want), (old, new)
+        ds = pixfeed.open_dataset(tmp_path / new)
+        if new != "wds":
+            assert [ds.key(i) for i in range(len(ds))] == [pixfeed.open_dataset(tmp_path / "old").key(i)
+                                                           for i in range(len(ds))]
+
+
+def test_repack_to_pixels_equals_packing_the_folder(tmp_path):
+    src = make_tree(tmp_path / "src")
+    pixfeed.pack(src, tmp_path / "enc", "lmdb", workers=1)
+    a = pixfeed.pack(tmp_path / "enc", tmp_path / "a", "mmap", store="pixels", size=16, workers=1)
+    b = pixfeed.pack(src, tmp_path / "b", "mmap", store="pixels", size=16, workers=1)
+    assert a["files"] == b["files"] and a["classes"] == b["classes"]
+
+
+def test_repack_refusals_and_damage(tmp_path):
+    src = make_tree(tmp_path / "src")
+    pixfeed.pack(src, tmp_path / "old", "mmap", store="encoded", workers=1)
+    with pytest.raises(OptionError, match="is the source dataset itself"):
+        pixfeed.pack(tmp_path / "old", tmp_path / "old", "lmdb", overwrite=True)
+    pixfeed.pack(src, tmp_path / "shards", "wds", workers=1)
+    with pytest.raises(SourceError, match="repacking a wds dataset is not supported"):
+        pixfeed.pack(tmp_path / "shards", tmp_path / "x", "mmap")
+    data = bytearray((tmp_path / "old/data.bin").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "old/data.bin").write_bytes(bytes(data))
+    with pytest.raises(CorruptDataError, match="checksum"):
+        pixfeed.pack(tmp_path / "old", tmp_path / "new", "lmdb", workers=1)
+    assert not (tmp_path / "new").exists()
+    assert np.all([not p.name.startswith(".new") for p in tmp_path.iterdir()])
