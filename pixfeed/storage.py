@@ -114,6 +114,28 @@ class Store:
         with self.errors(self.url_of(name)):
             return self.fs.cat_file(self.path(name), start=start, end=end)
 
+    def read_range_within(self, name: str, start: int, end: int, seconds: float, what: str) -> bytes:
+        """``read_range`` that gives up after ``seconds`` (on async filesystems: s3, gcs, http); a failure is a
+        StorageError whose ``transient`` says whether a retry may help (not for a missing object or refused
+        credentials)."""
+        try:
+            fs = self.fs
+            if getattr(fs, "async_impl", False):
+                from fsspec.asyn import sync
+                return sync(fs.loop, fs._cat_file, self.path(name), start=start, end=end, timeout=max(seconds, 0.1))
+            return fs.cat_file(self.path(name), start=start, end=end)
+        except (FileNotFoundError, PermissionError, ImportError, PixfeedError) as e:
+            try:
+                with self.errors(what):
+                    raise e
+            except PixfeedError as pe:
+                pe.transient = False
+                raise pe from None
+        except Exception as e:  # noqa: BLE001 - timeouts, resets, 5xx after botocore's own retries
+            err = StorageError(f"{what}: storage request failed ({type(e).__name__}: {mask(str(e), self.options)})")
+            err.transient = True
+            raise err from None
+
     def read_many(self, names: list) -> list:
         """Bytes of many objects, fetched concurrently; a failed one is a StorageError in its place."""
         with self.errors(self.url):
