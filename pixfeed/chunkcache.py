@@ -10,6 +10,7 @@ small files)::
     chunks/FILE.K          chunk K of FILE: bytes [K * chunk, (K + 1) * chunk), complete and verified
     chunks/.FILE.K.PID.TID a chunk being written (its full size reserved up front), renamed when verified
     chunks/FILE.K.lock     held (flock) while chunk K is fetched: the other processes wait, then reuse it
+    chunks/FILE.K.failed   the error of a fetch that gave up: for ``timeout`` seconds others raise it at once
     chunks.lock            held while room is made: the chunks and reservations stay within the limit
 
 * Every process of the node (ranks, their DataLoader workers, the fetch
@@ -67,9 +68,10 @@ class ChunkCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.hashes: List[str] = []  # set by chunkhash.attach
         self.stats: Counter = Counter()  # this process: gets, bytes, retries, refetches, evicted
+        self.policy: Optional[Victims] = None  # this process's fetcher's eviction order, for its readers too
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "stats": Counter()}
+        return {**self.__dict__, "stats": Counter(), "policy": None}
 
     @property
     def count(self) -> int:
@@ -92,13 +94,14 @@ class ChunkCache:
             try:
                 return os.open(self.path(k), os.O_RDONLY)
             except FileNotFoundError:
-                self.fetch(k, lambda ks: oldest_first(ks, self.folder, self.name))
+                self.fetch(k, self.policy or (lambda ks: oldest_first(ks, self.folder, self.name)))
 
     def fetch(self, k: int, victims: Victims, evictable: Optional[Callable[[int], bool]] = None) -> bool:
         """Bring chunk ``k`` in (False: room would evict a chunk ``evictable`` protects)."""
         with _flock(self.folder / f"{self.name}.{k}.lock"):
             if self.path(k).exists():
                 return True
+            self._raise_recent_failure(k)
             tmp = self._reserve(k, victims, evictable)
             if tmp is None:
                 return False
@@ -106,6 +109,10 @@ class ChunkCache:
                 data = self._verified(k)
                 _write(tmp, data)
                 os.replace(tmp, self.path(k))
+            except StorageError as e:
+                tmp.unlink(missing_ok=True)
+                self._failed(k).write_text(str(e))
+                raise
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 if isinstance(e, PixfeedError):
@@ -117,10 +124,22 @@ class ChunkCache:
                 raise
             return True
 
+    def _failed(self, k: int) -> Path:
+        return self.folder / f"{self.name}.{k}.failed"
+
+    def _raise_recent_failure(self, k: int) -> None:
+        """A process of the node gave up on chunk ``k`` less than ``timeout`` ago: its error, not another wait."""
+        try:
+            if time.time() - self._failed(k).stat().st_mtime < self.timeout:
+                raise StorageError(self._failed(k).read_text())
+            self._failed(k).unlink()
+        except FileNotFoundError:
+            pass
+
     def _reserve(self, k: int, victims: Victims, evictable) -> Optional[Path]:
         start, end = self.span(k)
         with _flock(self.folder.parent / "chunks.lock"):
-            used = {e.name: e.stat().st_size for e in os.scandir(self.folder) if not e.name.endswith(".lock")}
+            used = held(self.folder)
             total = sum(used.values())
             for v in victims(self.present()):
                 if total + (end - start) <= self.limit:
@@ -168,6 +187,18 @@ class ChunkCache:
             self.stats["retries"] += 1
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+def held(folder: Path) -> dict:
+    """{name: bytes} of the chunks and reservations in ``folder`` (a chunk renamed or evicted meanwhile is skipped)."""
+    out = {}
+    for e in os.scandir(folder):
+        if not e.name.endswith((".lock", ".failed")):
+            try:
+                out[e.name] = e.stat().st_size
+            except FileNotFoundError:
+                pass
+    return out
 
 
 def _write(tmp: Path, data: bytes) -> None:

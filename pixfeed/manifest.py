@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import DatasetError, DatasetNotFoundError
 from .registry import FORMATS
-from .storage import Store, is_url, local_path
+from .storage import BucketNotFoundError, Store, is_url, local_path
 
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"
@@ -70,7 +70,9 @@ def _read_remote(url: str, storage_options: dict | None) -> dict:
     store = Store(url, storage_options)
     try:
         text = store.read(MANIFEST_NAME)
-    except DatasetNotFoundError:
+    except DatasetNotFoundError as e:
+        if isinstance(e, BucketNotFoundError):
+            raise
         raise DatasetNotFoundError(f"{store.url}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with "
                                    "'pixfeed pack SRC URL'") from None
     return parse_manifest(text, store.url_of(MANIFEST_NAME))

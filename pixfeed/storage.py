@@ -49,6 +49,10 @@ def join(root, name: str):
     return f"{root.rstrip('/')}/{name}" if is_url(root) else Path(root) / name
 
 
+class BucketNotFoundError(DatasetNotFoundError):
+    """The URL's bucket itself does not exist."""
+
+
 class Store:
     """A folder at ``url`` (a prefix in a bucket) with its fsspec filesystem."""
 
@@ -71,6 +75,10 @@ class Store:
                                                       **with_defaults(self.url, self.options))
         return _FILESYSTEMS[key]
 
+    @property
+    def bucket(self) -> str:
+        return self.url.split("://", 1)[1].split("/", 1)[0]
+
     def path(self, name: str = "") -> str:
         """The filesystem path of ``name`` below the root."""
         root = self.fs._strip_protocol(self.url).rstrip("/")
@@ -86,13 +94,17 @@ class Store:
             yield
         except PixfeedError:
             raise
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if "bucket does not exist" in str(e).lower() or "nosuchbucket" in str(e).lower():
+                raise BucketNotFoundError(f"{what}: the bucket {self.bucket!r} does not exist at this endpoint "
+                                          "(check the URL, or create the bucket)") from None
             raise DatasetNotFoundError(f"{what}: no such object") from None
         except ImportError as e:
             raise StorageError(f"{what}: this URL needs an extra package ({e}); for s3:// install "
                                "'pixfeed[s3]' (s3fs)") from None
         except PermissionError as e:
-            raise StorageError(f"{what}: access denied ({mask(str(e), self.options)}); check the credentials "
+            raise StorageError(f"{what}: access denied ({mask(str(e), self.options)}): the server refused these "
+                               "credentials or they may not read this object; check the credentials "
                                "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, --storage-option)") from None
         except Exception as e:  # noqa: BLE001 - botocore/aiohttp raise their own types
             raise StorageError(f"{what}: storage request failed ({type(e).__name__}: "
