@@ -30,8 +30,6 @@ small files)::
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import threading
 import time
@@ -39,23 +37,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, List, Optional
 
-import xxhash
-
-from .errors import CorruptDataError, OutputError, PixfeedError, StorageError
+from . import chunkio
+from .errors import OutputError, PixfeedError, StorageError
 from .storage import Store
 
 CHUNK_BYTES = 16 << 20  # ~0.2 s of one S3 stream: the request latency is <20% of a GET; ~12k chunks for 200 GB
 TIMEOUT = 60.0          # seconds a chunk may keep failing before StorageError
 Victims = Callable[[List[int]], List[int]]  # present chunks -> the order to evict them in
-
-
-def oldest_first(chunks: List[int], folder: Path, name: str) -> List[int]:
-    def age(k: int) -> float:
-        try:
-            return (folder / f"{name}.{k}").stat().st_mtime
-        except FileNotFoundError:
-            return 0.0
-    return sorted(chunks, key=age)
 
 
 class ChunkCache:
@@ -66,7 +54,7 @@ class ChunkCache:
         self.store, self.name, self.size, self.chunk, self.limit, self.timeout = store, name, size, chunk, limit, timeout
         self.folder = Path(folder) / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.hashes: List[str] = []  # set by chunkhash.attach
+        self.hashes: List[str] = []  # one xxh3_64 per chunk, set by pixfeed.chunked
         self.stats: Counter = Counter()  # this process: gets, bytes, retries, refetches, evicted
         self.policy: Optional[Victims] = None  # this process's fetcher's eviction order, for its readers too
 
@@ -94,11 +82,11 @@ class ChunkCache:
             try:
                 return os.open(self.path(k), os.O_RDONLY)
             except FileNotFoundError:
-                self.fetch(k, self.policy or (lambda ks: oldest_first(ks, self.folder, self.name)))
+                self.fetch(k, self.policy or (lambda ks: chunkio.oldest_first(ks, self.folder, self.name)))
 
     def fetch(self, k: int, victims: Victims, evictable: Optional[Callable[[int], bool]] = None) -> bool:
         """Bring chunk ``k`` in (False: room would evict a chunk ``evictable`` protects)."""
-        with _flock(self.folder / f"{self.name}.{k}.lock"):
+        with chunkio.flock(self.folder / f"{self.name}.{k}.lock"):
             if self.path(k).exists():
                 return True
             self._raise_recent_failure(k)
@@ -106,8 +94,8 @@ class ChunkCache:
             if tmp is None:
                 return False
             try:
-                data = self._verified(k)
-                _write(tmp, data)
+                data = chunkio.verified(self, k)
+                chunkio.write_all(tmp, data)
                 os.replace(tmp, self.path(k))
             except StorageError as e:
                 tmp.unlink(missing_ok=True)
@@ -138,8 +126,8 @@ class ChunkCache:
 
     def _reserve(self, k: int, victims: Victims, evictable) -> Optional[Path]:
         start, end = self.span(k)
-        with _flock(self.folder.parent / "chunks.lock"):
-            used = held(self.folder)
+        with chunkio.flock(self.folder.parent / "chunks.lock"):
+            used = chunkio.held(self.folder)
             total = sum(used.values())
             for v in victims(self.present()):
                 if total + (end - start) <= self.limit:
@@ -154,65 +142,6 @@ class ChunkCache:
                 f.truncate(end - start)
         return tmp
 
-    def _verified(self, k: int) -> bytes:
-        for attempt in (0, 1):
-            data = self._get(k)
-            if not self.hashes or xxhash.xxh3_64_hexdigest(data) == self.hashes[k]:
-                return data
-            self.stats["refetches"] += 1
-        start, end = self.span(k)
-        raise CorruptDataError(f"{self.store.url_of(self.name)}: chunk {k} (bytes {start}-{end}) fails its xxh3_64 "
-                               f"{self.hashes[k]} twice (damaged object or a proxy altering it); run "
-                               f"'pixfeed verify {self.store.url}'")
-
-    def _get(self, k: int) -> bytes:
-        start, end = self.span(k)
-        what = f"{self.store.url_of(self.name)} chunk {k} (bytes {start}-{end})"
-        deadline, delay = time.monotonic() + self.timeout, 0.1
-        while True:
-            try:
-                data = self.store.read_range_within(self.name, start, end, deadline - time.monotonic(), what)
-                if len(data) != end - start:
-                    raise OSError(f"short read: {len(data)} of {end - start} bytes")
-                self.stats.update(gets=1, bytes=len(data))
-                return data
-            except PixfeedError as e:
-                if not getattr(e, "transient", False):
-                    raise
-                if time.monotonic() + delay > deadline:
-                    raise StorageError(f"{e}; gave up after {self.timeout:g} s") from None
-            except OSError as e:
-                if time.monotonic() + delay > deadline:
-                    raise StorageError(f"{what}: {e}; gave up after {self.timeout:g} s") from None
-            self.stats["retries"] += 1
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-
-def held(folder: Path) -> dict:
-    """{name: bytes} of the chunks and reservations in ``folder`` (a chunk renamed or evicted meanwhile is skipped)."""
-    out = {}
-    for e in os.scandir(folder):
-        if not e.name.endswith((".lock", ".failed")):
-            try:
-                out[e.name] = e.stat().st_size
-            except FileNotFoundError:
-                pass
-    return out
-
-
-def _write(tmp: Path, data: bytes) -> None:
-    fd = os.open(tmp, os.O_WRONLY)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _flock(path: Path):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+    def get(self, k: int) -> bytes:
+        """Chunk ``k``'s bytes from the bucket, retried up to ``timeout`` (unverified, not stored)."""
+        return chunkio.get(self, k)

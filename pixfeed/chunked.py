@@ -27,7 +27,8 @@ from typing import List, Optional, Tuple
 import xxhash
 
 from .cache import stage
-from .chunkcache import CHUNK_BYTES, TIMEOUT, ChunkCache, _flock
+from .chunkcache import CHUNK_BYTES, TIMEOUT, ChunkCache
+from .chunkio import flock
 from .errors import CorruptDataError, DatasetNotFoundError, OptionError
 from .manifest import write_json_atomic
 from .storage import Store
@@ -81,7 +82,7 @@ def chunk_hashes(cache: ChunkCache, manifest: dict) -> List[str]:
     if entry.get("bytes") == cache.chunk and cache.name in entry.get("xxh3_64", {}):
         return list(entry["xxh3_64"][cache.name])
     path = cache.folder.parent / f"chunks-{cache.chunk}.json"
-    with _flock(cache.folder.parent / "chunks-hash.lock"):
+    with flock(cache.folder.parent / "chunks-hash.lock"):
         if not path.is_file():
             write_json_atomic(path, _hash_remote(cache, manifest["files"][cache.name]["xxh3_64"]))
         return json.loads(path.read_text())
@@ -92,7 +93,7 @@ def _hash_remote(cache: ChunkCache, whole: str) -> List[str]:
     total, out = xxhash.xxh3_64(), []
     with ThreadPoolExecutor(PARALLEL) as pool:
         for first in range(0, cache.count, PARALLEL):
-            for data in pool.map(cache._get, range(first, min(first + PARALLEL, cache.count))):
+            for data in pool.map(cache.get, range(first, min(first + PARALLEL, cache.count))):
                 total.update(data)
                 out.append(xxhash.xxh3_64_hexdigest(data))
     if total.hexdigest() != whole:

@@ -14,6 +14,8 @@ directory with a manifest is a finished dataset.  Fields::
     keys_file        "keys.json": JSON list of record keys in record order
     files            {relative path: {"bytes": int, "xxh3_64": hex}} for every data file
     shards           (wds only) [{"name", "count", "bytes", "xxh3_64"}]
+    chunks           (mmap, hdf5) {"bytes": 16 MiB, "xxh3_64": {data file: [hex per chunk]}}, checked by the
+                     chunk cache (pixfeed.chunked); packs without it get the list computed on first use
     skipped          [{"path", "reason"}] files left out under --on-error skip
     options          the pack options used
     pixfeed_version, created

@@ -18,7 +18,7 @@ import xxhash
 
 from conftest import make_tree
 from faultproxy import FaultProxy
-from pixfeed import chunkcache
+from pixfeed import chunkcache, chunkio
 from pixfeed.chunked import manifest_entry, parse_bytes
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, OutputError, StorageError
@@ -45,6 +45,15 @@ def packs(tmp_path_factory, s3_server):
     return out
 
 
+@pytest.fixture
+def proxy(s3_server):
+    """A FaultProxy in front of the server; ``proxy.options`` are the storage options through it."""
+    p = FaultProxy(s3_server.port)
+    p.options = {**s3_server.options, "endpoint_url": p.endpoint}
+    yield p
+    p.close()
+
+
 def reference(path) -> Counter:
     ds = open_dataset(path, size=16)
     return Counter((ds[i][0].numpy().tobytes(), ds[i][1]) for i in range(len(ds)))
@@ -68,7 +77,7 @@ class Sizes(threading.Thread):
 
     def run(self) -> None:
         while not self.done:
-            self.most = max(self.most, sum(chunkcache.held(self.folder).values()))
+            self.most = max(self.most, sum(chunkio.held(self.folder).values()))
             time.sleep(0.003)
 
     def __enter__(self) -> "Sizes":
@@ -107,17 +116,13 @@ def test_encoded_mmap_and_hdf5_read_through_chunks(packs, s3_server, tmp_path, n
     assert sizes.most <= ds.chunks.limit + CHUNK
 
 
-def test_quasi_random_fetches_each_chunk_about_once_and_the_forecast_is_right(packs, s3_server, tmp_path):
+def test_quasi_random_fetches_each_chunk_about_once_and_the_forecast_is_right(packs, proxy, tmp_path):
     _, url = packs["pixels"]
-    proxy = FaultProxy(s3_server.port)
-    try:
-        ds = remote(url, {**s3_server.options, "endpoint_url": proxy.endpoint}, tmp_path)
-        proxy.gets.clear()  # the hash list of this chunk size was computed on open: one pass
-        loader = make_loader(ds, batch_size=8, num_workers=0, order="quasi_random")
-        epoch(loader)
-        gets, plan = proxy.data_gets("images.npy"), loader.pixfeed_plan.fetch
-    finally:
-        proxy.close()
+    ds = remote(url, proxy.options, tmp_path)
+    proxy.gets.clear()  # the hash list of this chunk size was computed on open: one pass
+    loader = make_loader(ds, batch_size=8, num_workers=0, order="quasi_random")
+    epoch(loader)
+    gets, plan = proxy.data_gets("images.npy"), loader.pixfeed_plan.fetch
     assert ds.chunks.count <= gets <= 1.5 * ds.chunks.count
     assert plan["epoch_bytes"] <= 1.5 * plan["data_bytes"]
     assert abs(gets * CHUNK - plan["epoch_bytes"]) <= 0.25 * plan["epoch_bytes"]
@@ -141,71 +146,55 @@ json.dump(got, open(out, "w"))
 """
 
 
-def test_two_ranks_of_a_node_share_the_cache_and_fetch_each_chunk_once(packs, s3_server, tmp_path):
+def test_two_ranks_of_a_node_share_the_cache_and_fetch_each_chunk_once(packs, proxy, tmp_path):
     local, url = packs["pixels"]
-    proxy = FaultProxy(s3_server.port)
-    options = {**s3_server.options, "endpoint_url": proxy.endpoint}
-    try:
-        count = remote(url, options, tmp_path).chunks.count  # hashes this chunk size once, as the ranks' node would
-        proxy.gets.clear()
-        ranks = [subprocess.Popen([sys.executable, "-c", RANK, url, json.dumps(options), str(tmp_path / "cache"),
-                                   str(limit_of(url, options)), str(CHUNK), str(tmp_path / f"rank{r}.json"), str(r)])
-                 for r in range(2)]
-        assert [p.wait(timeout=120) for p in ranks] == [0, 0]
-        gets = proxy.data_gets("images.npy")
-    finally:
-        proxy.close()
-    got = Counter((bytes.fromhex(h), lab) for r in range(2) for h, lab in json.loads((tmp_path / f"rank{r}.json").read_text()))
+    count = remote(url, proxy.options, tmp_path).chunks.count  # hashes this chunk size once, as the node would
+    proxy.gets.clear()
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK, url, json.dumps(proxy.options), str(tmp_path / "cache"),
+                               str(limit_of(url, proxy.options)), str(CHUNK), str(tmp_path / f"rank{r}.json"), str(r)])
+             for r in range(2)]
+    assert [p.wait(timeout=120) for p in ranks] == [0, 0]
+    gets = proxy.data_gets("images.npy")
+    got = Counter((bytes.fromhex(h), lab) for r in range(2)
+                  for h, lab in json.loads((tmp_path / f"rank{r}.json").read_text()))
     assert got == reference(local)  # 120 records split evenly: no padding
     assert count <= gets <= 1.5 * count, gets  # not once per rank (2x)
 
 
-def test_throttling_resets_and_delays_are_retried(packs, s3_server, tmp_path):
+def test_throttling_resets_and_delays_are_retried(packs, proxy, tmp_path):
     local, url = packs["pixels"]
-    proxy = FaultProxy(s3_server.port)
-    try:
-        ds = remote(url, {**s3_server.options, "endpoint_url": proxy.endpoint}, tmp_path)
-        proxy.fail(3)
-        proxy.drop(2)
-        proxy.fail(2, 500)
-        proxy.delay = 0.01
-        assert epoch(make_loader(ds, batch_size=8, num_workers=0)) == reference(local)
-        assert proxy.answered[503] == 3 and proxy.answered[500] == 2 and not proxy.faults
-    finally:
-        proxy.close()
+    ds = remote(url, proxy.options, tmp_path)
+    proxy.fail(3)
+    proxy.drop(2)
+    proxy.fail(2, 500)
+    proxy.delay = 0.01
+    assert epoch(make_loader(ds, batch_size=8, num_workers=0)) == reference(local)
+    assert proxy.answered[503] == 3 and proxy.answered[500] == 2 and not proxy.faults
 
 
-def test_a_server_gone_longer_than_the_timeout_is_a_storage_error_naming_url_and_chunk(packs, s3_server, tmp_path):
+def test_a_server_gone_longer_than_the_timeout_is_a_storage_error_naming_url_and_chunk(packs, proxy, tmp_path):
     _, url = packs["pixels"]
-    proxy = FaultProxy(s3_server.port)
-    try:
-        ds = remote(url, {**s3_server.options, **FAST, "endpoint_url": proxy.endpoint}, tmp_path, storage_timeout=3)
-        batches = iter(make_loader(ds, batch_size=8, num_workers=0))
-        next(batches)
-        proxy.down, start = True, time.monotonic()
-        with pytest.raises(StorageError, match=r"images\.npy.*chunk \d+.*gave up after 3 s"):
-            for _ in batches:
-                pass
-        assert time.monotonic() - start < 3 + 8  # the timeout, one request's own timeouts, a fetch in flight
-    finally:
-        proxy.close()
+    ds = remote(url, {**proxy.options, **FAST}, tmp_path, storage_timeout=3)
+    batches = iter(make_loader(ds, batch_size=8, num_workers=0))
+    next(batches)
+    proxy.down, start = True, time.monotonic()
+    with pytest.raises(StorageError, match=r"images\.npy.*chunk \d+.*gave up after 3 s"):
+        for _ in batches:
+            pass
+    assert time.monotonic() - start < 3 + 8  # the timeout, one request's own timeouts, a fetch in flight
 
 
-def test_a_flipped_byte_is_refetched_once_then_corrupt_data(packs, s3_server, tmp_path):
+def test_a_flipped_byte_is_refetched_once_then_corrupt_data(packs, proxy, tmp_path):
     local, url = packs["pixels"]
-    proxy = FaultProxy(s3_server.port)
-    try:
-        ds = remote(url, {**s3_server.options, "endpoint_url": proxy.endpoint}, tmp_path)
-        proxy.flip(1)
-        assert epoch(make_loader(ds, batch_size=8, num_workers=0, io_ahead=0)) == reference(local)
-        assert ds.chunks.stats["refetches"] == 1
-        fresh = remote(url, {**s3_server.options, "endpoint_url": proxy.endpoint}, tmp_path / "other")
-        proxy.flip(2)
-        with pytest.raises(CorruptDataError, match=r"images\.npy: chunk 0 \(bytes 0-8192\) fails its xxh3_64"):
-            fresh[0]
-        assert not list(fresh.chunks.folder.glob("images.npy.*[0-9]"))
-    finally:
-        proxy.close()
+    ds = remote(url, proxy.options, tmp_path)
+    proxy.flip(1)
+    assert epoch(make_loader(ds, batch_size=8, num_workers=0, io_ahead=0)) == reference(local)
+    assert ds.chunks.stats["refetches"] == 1
+    fresh = remote(url, proxy.options, tmp_path / "other")
+    proxy.flip(2)
+    with pytest.raises(CorruptDataError, match=r"images\.npy: chunk 0 \(bytes 0-8192\) fails its xxh3_64"):
+        fresh[0]
+    assert not list(fresh.chunks.folder.glob("images.npy.*[0-9]"))
 
 
 def test_a_failed_chunk_write_keeps_nothing_partial(packs, s3_server, tmp_path, monkeypatch):
@@ -216,7 +205,7 @@ def test_a_failed_chunk_write_keeps_nothing_partial(packs, s3_server, tmp_path, 
         with open(tmp, "r+b") as f:
             f.write(data[:100])
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(chunkcache, "_write", full)
+    monkeypatch.setattr(chunkio, "write_all", full)
     with pytest.raises(OutputError, match="cannot write chunk 0 .*No space left"):
         ds[0]
     assert list(ds.chunks.folder.iterdir()) == [ds.chunks.folder / "images.npy.0.lock"]

@@ -37,19 +37,20 @@ PARALLEL = 8      # chunk GETs in flight
 QUASI_CHUNKS = 4  # cache chunks per quasi-random chunk (their edges do not align: ~1/4 fetched twice)
 
 
-def chunk_spans(cache: ChunkCache, extents: Extents, records: np.ndarray) -> tuple:
-    """(first, last) chunk of each record in ``records``."""
+def record_chunks(cache: ChunkCache, extents: Extents, records: np.ndarray) -> tuple:
+    """(positions, chunks): every chunk each record of ``records`` covers, by the record's position, in order."""
     starts, lengths = extents.starts[records], extents.lengths[records]
-    return starts // cache.chunk, (starts + np.maximum(lengths, 1) - 1) // cache.chunk
+    first, last = starts // cache.chunk, (starts + np.maximum(lengths, 1) - 1) // cache.chunk
+    counts = last - first + 1
+    positions = np.repeat(np.arange(len(records)), counts)
+    return positions, np.repeat(first, counts) + np.arange(len(positions)) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 class Uses:
     """When each chunk is used in a stream of records (time = position in the stream)."""
 
     def __init__(self, cache: ChunkCache, extents: Extents, stream: np.ndarray) -> None:
-        first, last = chunk_spans(cache, extents, stream)
-        times = np.r_[np.arange(len(stream)), np.flatnonzero(last != first)]
-        ids = np.r_[first, last[last != first]]
+        times, ids = record_chunks(cache, extents, stream)
         order = np.lexsort((times, ids))
         self.ids, self.times = ids[order], times[order]
         self.bounds = np.searchsorted(self.ids, np.arange(cache.count + 1))
@@ -96,11 +97,11 @@ class _Walk(threading.Thread):
     def __init__(self, fetcher: Fetcher, uses: Uses, own: np.ndarray) -> None:
         super().__init__(name="pixfeed-fetch-ahead", daemon=True)
         self.f, self.uses, self.cache = fetcher, uses, fetcher.cache
-        self.first, self.last = chunk_spans(self.cache, fetcher.extents, own)
+        self.pos, self.ids = record_chunks(self.cache, fetcher.extents, own)
         self.ends = np.cumsum(fetcher.extents.lengths[own])
         world, rank = fetcher.sampler.num_replicas, fetcher.sampler.rank
         self.times = rank + world * np.arange(len(own))
-        self.max_chunks = max(1, self.cache.limit // self.cache.chunk // 2)
+        self.max_chunks = max(1, self.cache.limit // self.cache.chunk * 3 // 4)
         self.position, self.walked, self.stopped, self.wake = 0, -1, False, threading.Event()
         self.inflight: set = set()
         self.lock = threading.Lock()
@@ -112,17 +113,23 @@ class _Walk(threading.Thread):
 
     def stop(self) -> None:
         self.stopped = True
+        self.cache.policy = None  # a worker forked later must not evict by this epoch's stale position
         self.wake.set()
 
+    def reading(self) -> int:
+        """The position readers are at: the handed-out one less the records handed out but not read yet."""
+        return max(0, self.position - self.f.lag)
+
     def now(self) -> int:
-        pos = max(0, self.position - self.f.lag)
+        pos = self.reading()
         return int(self.times[pos]) if pos < len(self.times) else int(self.times[-1]) + 1
 
     def window(self) -> List[int]:
-        pos = self.position
+        """Chunks of the records from the readers' position to ``ahead`` bytes past the handed-out one."""
+        start, pos = self.reading(), self.position
         done = int(self.ends[pos - 1]) if pos else 0
         stop = max(int(np.searchsorted(self.ends, done + self.f.ahead, "right")), pos + 1)
-        ids = np.stack([self.first[pos:stop], self.last[pos:stop]], 1).reshape(-1)
+        ids = self.ids[np.searchsorted(self.pos, start):np.searchsorted(self.pos, stop)]
         _, where = np.unique(ids, return_index=True)
         return ids[np.sort(where)][:self.max_chunks].tolist()
 
