@@ -15,9 +15,9 @@ small files)::
 
 * Every process of the node (ranks, their DataLoader workers, the fetch
   thread) shares the folder.  A chunk appears only by ``rename`` after its
-  bytes matched their xxh3_64 (``chunkhash``): a reader never sees a partial
-  or unverified chunk, and a chunk unlinked by eviction stays readable to a
-  reader that had opened it.
+  bytes matched their xxh3_64 (the list from ``pixfeed.chunked``): a reader
+  never sees a partial or unverified chunk, and a chunk unlinked by eviction
+  stays readable to a reader that had opened it.
 * Room: before a GET, the writer reserves the chunk's size under
   ``chunks.lock``, evicting complete chunks until chunks plus reservations fit
   ``limit``; the caller orders the victims (the fetcher: furthest next use in

@@ -108,7 +108,7 @@ class _Walk(threading.Thread):
 
     def reached(self, pos: int) -> None:
         self.position = pos
-        if pos - self.walked >= max(1, self.max_chunks // 8) or not self.inflight:
+        if pos - self.walked >= max(1, min(self.max_chunks // 8, 256)):  # a walk per step, not per index
             self.wake.set()
 
     def stop(self) -> None:

@@ -81,7 +81,18 @@ def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
     plan.reasons["storage"] = (
         f"dataset > cache_limit: {f['chunks']} chunks of {mib(f['chunk_bytes'])}, {f['capacity']} fit; "
         f"{f['regime']}; epoch {loader.epoch} fetches {mib(f['epoch_bytes'])} "
-        f"({f['epoch_bytes'] / max(f['data_bytes'], 1):.2f}x the data file; furthest-next-use eviction)")
+        f"({f['epoch_bytes'] / max(f['data_bytes'], 1):.2f}x the data file; furthest-next-use eviction)"
+        + crowded(sampler.hints.lag, f["capacity"], plan.order))
+
+
+def crowded(records: int, capacity: int, order: str) -> str:
+    """A warning when the records handed out but not yet read may need more chunks than the cache holds
+    (the forecast assumes reads one at a time; a shuffle's in-flight records lie in as many chunks)."""
+    if order == "quasi_random" or records <= capacity // 2:
+        return ""
+    return (f"; but the {records} records in flight may need more chunks than the {capacity} the cache holds, "
+            "so chunks come back more often than that: raise cache_limit, lower chunk_bytes, prefetch_factor "
+            "or batch_size, or use order='quasi_random'")
 
 
 def regime(plan: Any, sampler: Any) -> str:
