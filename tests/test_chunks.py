@@ -251,3 +251,18 @@ def test_cache_limit_takes_units_and_refuses_nonsense():
     assert parse_bytes("200GB") == 200 * 10**9 and parse_bytes("512MiB") == 512 << 20 and parse_bytes(7) == 7
     with pytest.raises(OptionError, match="cache_limit='lots'"):
         parse_bytes("lots")
+
+
+def test_doctor_shows_the_fetch_plan_of_both_orders(packs, s3_server, tmp_path, monkeypatch):
+    from pixfeed import chunked
+    from pixfeed.diagnose.fetch import check_fetch
+
+    _, url = packs["pixels"]
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", CHUNK)
+    monkeypatch.setenv("PIXFEED_CACHE", str(tmp_path / "cache"))
+    whole = check_fetch(url, s3_server.options, "1GB", 8)
+    assert "staged whole" in whole.value and not (tmp_path / "cache").exists()  # nothing copied to say so
+    found = check_fetch(url, s3_server.options, limit_of(url, s3_server.options), 8)
+    assert found.data["random"]["epoch_bytes"] > found.data["quasi_random"]["epoch_bytes"] >= \
+        found.data["quasi_random"]["data_bytes"]
+    assert "in a full shuffle" in found.value and "with order='quasi_random'" in found.value and found.status == "warn"
