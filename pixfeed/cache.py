@@ -139,4 +139,10 @@ def evict(base: Path, limit: int) -> None:
 
 
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    total = 0
+    for p in folder.rglob("*"):
+        try:
+            total += p.stat().st_size if p.is_file() else 0
+        except FileNotFoundError:
+            pass  # a chunk of a chunk cache evicted or renamed meanwhile (pixfeed.chunkcache)
+    return total

@@ -14,6 +14,8 @@ directory with a manifest is a finished dataset.  Fields::
     keys_file        "keys.json": JSON list of record keys in record order
     files            {relative path: {"bytes": int, "xxh3_64": hex}} for every data file
     shards           (wds only) [{"name", "count", "bytes", "xxh3_64"}]
+    chunks           (mmap, hdf5) {"bytes": 16 MiB, "xxh3_64": {data file: [hex per chunk]}}, checked by the
+                     chunk cache (pixfeed.chunked); packs without it get the list computed on first use
     skipped          [{"path", "reason"}] files left out under --on-error skip
     schema           [{"name", "type", "dtype"?, "shape"?}] the typed fields beside image and label
                      (pixfeed.fields; absent or [] when there are none)
@@ -31,7 +33,7 @@ from typing import Any
 
 from .errors import DatasetError, DatasetNotFoundError
 from .registry import FORMATS
-from .storage import Store, is_url, local_path
+from .storage import BucketNotFoundError, Store, is_url, local_path
 
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"
@@ -75,7 +77,9 @@ def _read_remote(url: str, storage_options: dict | None) -> dict:
     store = Store(url, storage_options)
     try:
         text = store.read(MANIFEST_NAME)
-    except DatasetNotFoundError:
+    except DatasetNotFoundError as e:
+        if isinstance(e, BucketNotFoundError):
+            raise
         raise DatasetNotFoundError(f"{store.url}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with "
                                    "'pixfeed pack SRC URL'") from None
     return parse_manifest(text, store.url_of(MANIFEST_NAME))

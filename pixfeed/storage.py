@@ -49,6 +49,10 @@ def join(root, name: str):
     return f"{root.rstrip('/')}/{name}" if is_url(root) else Path(root) / name
 
 
+class BucketNotFoundError(DatasetNotFoundError):
+    """The URL's bucket itself does not exist."""
+
+
 class Store:
     """A folder at ``url`` (a prefix in a bucket) with its fsspec filesystem."""
 
@@ -71,6 +75,10 @@ class Store:
                                                       **with_defaults(self.url, self.options))
         return _FILESYSTEMS[key]
 
+    @property
+    def bucket(self) -> str:
+        return self.url.split("://", 1)[1].split("/", 1)[0]
+
     def path(self, name: str = "") -> str:
         """The filesystem path of ``name`` below the root."""
         root = self.fs._strip_protocol(self.url).rstrip("/")
@@ -86,13 +94,17 @@ class Store:
             yield
         except PixfeedError:
             raise
-        except FileNotFoundError:
+        except FileNotFoundError as e:
+            if "bucket does not exist" in str(e).lower() or "nosuchbucket" in str(e).lower():
+                raise BucketNotFoundError(f"{what}: the bucket {self.bucket!r} does not exist at this endpoint "
+                                          "(check the URL, or create the bucket)") from None
             raise DatasetNotFoundError(f"{what}: no such object") from None
         except ImportError as e:
             raise StorageError(f"{what}: this URL needs an extra package ({e}); for s3:// install "
                                "'pixfeed[s3]' (s3fs)") from None
         except PermissionError as e:
-            raise StorageError(f"{what}: access denied ({mask(str(e), self.options)}); check the credentials "
+            raise StorageError(f"{what}: access denied ({mask(str(e), self.options)}): the server refused these "
+                               "credentials or they may not read this object; check the credentials "
                                "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws, --storage-option)") from None
         except Exception as e:  # noqa: BLE001 - botocore/aiohttp raise their own types
             raise StorageError(f"{what}: storage request failed ({type(e).__name__}: "
@@ -113,6 +125,28 @@ class Store:
     def read_range(self, name: str, start: int, end: int) -> bytes:
         with self.errors(self.url_of(name)):
             return self.fs.cat_file(self.path(name), start=start, end=end)
+
+    def read_range_within(self, name: str, start: int, end: int, seconds: float, what: str) -> bytes:
+        """``read_range`` that gives up after ``seconds`` (on async filesystems: s3, gcs, http); a failure is a
+        StorageError whose ``transient`` says whether a retry may help (not for a missing object or refused
+        credentials)."""
+        try:
+            fs = self.fs
+            if getattr(fs, "async_impl", False):
+                from fsspec.asyn import sync
+                return sync(fs.loop, fs._cat_file, self.path(name), start=start, end=end, timeout=max(seconds, 0.1))
+            return fs.cat_file(self.path(name), start=start, end=end)
+        except (FileNotFoundError, PermissionError, ImportError, PixfeedError) as e:
+            try:
+                with self.errors(what):
+                    raise e
+            except PixfeedError as pe:
+                pe.transient = False
+                raise pe from None
+        except Exception as e:  # noqa: BLE001 - timeouts, resets, 5xx after botocore's own retries
+            err = StorageError(f"{what}: storage request failed ({type(e).__name__}: {mask(str(e), self.options)})")
+            err.transient = True
+            raise err from None
 
     def read_many(self, names: list) -> list:
         """Bytes of many objects, fetched concurrently; a failed one is a StorageError in its place."""

@@ -5,7 +5,9 @@ per-process handles, checksum checks on read, and turning stored records into
 * ``path`` may be a URL (``s3://...``; ``storage_options=`` as in
   pixfeed.storage): formats with ``streams`` (wds) read it directly; the
   others are first copied to the local cache (pixfeed.cache: ``cache_dir=``,
-  ``cache_limit=``) and ``path`` is that copy.
+  ``cache_limit=``) and ``path`` is that copy, except mmap and HDF5 datasets
+  larger than ``cache_limit``: their data file is read through a bounded
+  chunk cache (pixfeed.chunked: ``chunk_bytes=``, ``storage_timeout=``).
 * Constructing a dataset reads only ``pixfeed.json``.  Data files are opened
   on first access in each process (the owning pid is kept beside the handle),
   and ``__getstate__`` drops the handle, so datasets pickle and fork safely.
@@ -45,7 +47,9 @@ from ..checksum import record_hash
 from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
 from ..geometry import center_slices, check_crop_ratio
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
-from ..cache import stage
+from ..chunkcache import TIMEOUT
+from ..chunked import open_remote
+from ..chunkfile import ChunkFile
 from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
 from ..storage import Store, is_url, join, local_path
@@ -60,12 +64,15 @@ class ImageRecords(FieldValues):
 
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
                  checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
-                 storage_options: Optional[dict] = None, cache_dir=None, cache_limit: Optional[int] = None,
-                 fields: Optional[Sequence[str]] = BUILTIN):
+                 storage_options: Optional[dict] = None, cache_dir=None, cache_limit=None, chunk_bytes=None,
+                 storage_timeout: float = TIMEOUT, fields: Optional[Sequence[str]] = BUILTIN):
         self.manifest = read_manifest(path, storage_options)
         self.remote = Store(path, storage_options) if is_url(path) else None
+        self.chunks = None  # a ChunkCache when the data file is read through chunks (pixfeed.chunked)
         if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
-            self.path, self.remote = stage(path, self.manifest, storage_options, cache_dir, cache_limit), None
+            self.path, self.chunks = open_remote(path, self.manifest, storage_options, cache_dir, cache_limit,
+                                                 chunk_bytes, storage_timeout)
+            self.remote = None
         else:
             self.path = self.remote.url if self.remote is not None else local_path(path)
         if self.manifest["format"] != self.format:
@@ -106,8 +113,15 @@ class ImageRecords(FieldValues):
         """{data file: size} of the files present."""
         if self.remote is not None:
             return self.remote.list()
-        return {name: (self.path / name).stat().st_size for name in self.manifest["files"]
-                if (self.path / name).is_file()}
+        sizes = {name: (self.path / name).stat().st_size for name in self.manifest["files"]
+                 if (self.path / name).is_file()}
+        if self.chunks is not None:
+            sizes[self.chunks.name] = self.chunks.size  # the bucket's listing was checked when opened
+        return sizes
+
+    def data_file(self, name: str):
+        """Where to read data file ``name``: its local path, or a ChunkFile through the chunk cache."""
+        return ChunkFile(self.chunks) if self.chunks is not None and name == self.chunks.name else self.path / name
 
     def check_files(self) -> None:
         """Raise unless every data file is present at the size the manifest records."""

@@ -32,7 +32,7 @@ class H5ImageDataset(MapImageDataset):
     def _open(self) -> dict:
         import h5py
 
-        f = h5py.File(self.path / layout.DATA, "r")
+        f = h5py.File(self.data_file(layout.DATA), "r")
         data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
         raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
             and data.id.get_create_plist().get_nfilters() == 0
@@ -85,7 +85,7 @@ class H5ImageDataset(MapImageDataset):
         """Where each record's stored bytes lie in ``data.h5``; None when the layout hides it."""
         import h5py
 
-        with h5py.File(self.path / layout.DATA, "r") as f:
+        with h5py.File(self.data_file(layout.DATA), "r") as f:
             data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
             if data.chunks is None or data.id.get_create_plist().get_nfilters():
                 return None

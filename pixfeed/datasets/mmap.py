@@ -17,11 +17,11 @@ Labels, checksums and offsets (16-24 bytes a record) are memory-mapped.
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from ..checksum import record_hash
+from ..chunkfile import npy_layout, read_at, readinto_at
 from ..errors import CorruptDataError
 from ..layouts import mmap as layout
 from ..memory import fits_in_page_cache
@@ -44,7 +44,10 @@ class MmapImageDataset(MapImageDataset):
         name = layout.IMAGES if self.store == "pixels" else layout.DATA
         if self.store == "encoded":
             arrays["offsets"] = load(layout.OFFSETS)
-        if fits_in_page_cache(sum(meta["bytes"] for meta in self.manifest["files"].values())):
+        if self.chunks is not None:
+            arrays["file"] = self.data_file(name)
+            arrays["base"] = npy_layout(arrays["file"])[1] if self.store == "pixels" else 0
+        elif fits_in_page_cache(sum(meta["bytes"] for meta in self.manifest["files"].values())):
             arrays["map"] = load(name) if self.store == "pixels" else np.memmap(self.path / name, np.uint8, "r")
         else:
             arrays["file"] = open(self.path / name, "rb", buffering=0)
@@ -102,14 +105,14 @@ class MmapImageDataset(MapImageDataset):
     def _copy_row(self, h: dict, i: int, out: np.ndarray) -> None:
         if "map" in h:
             out[...] = h["map"][i]
-        elif os.preadv(h["file"].fileno(), [out], h["base"] + i * out.nbytes) != out.nbytes:
+        elif readinto_at(h["file"], out, h["base"] + i * out.nbytes) != out.nbytes:
             raise self._short(i)
 
     def _record(self, h: dict, i: int):
         start, end = int(h["offsets"][i]), int(h["offsets"][i + 1])
         if "map" in h:
             return h["map"][start:end]
-        data = os.pread(h["file"].fileno(), end - start, start)
+        data = read_at(h["file"], end - start, start)
         if len(data) != end - start:
             raise self._short(i)
         return data
@@ -126,9 +129,9 @@ class MmapImageDataset(MapImageDataset):
         """Where each record's stored bytes lie in its data file (for read-ahead hints)."""
         meta = [self.path / name for name in (layout.LABELS, layout.CHECKSUMS)]
         if self.store == "pixels":
-            images = np.load(self.path / layout.IMAGES, mmap_mode="r", allow_pickle=False)
-            row = int(np.prod(images.shape[1:]))
-            starts = images.offset + row * np.arange(len(images), dtype=np.int64)
-            return Extents(self.path / layout.IMAGES, starts, np.full(len(images), row, np.int64), meta)
+            shape, offset = npy_layout(self.data_file(layout.IMAGES))
+            row = int(np.prod(shape[1:]))
+            starts = offset + row * np.arange(shape[0], dtype=np.int64)
+            return Extents(self.path / layout.IMAGES, starts, np.full(shape[0], row, np.int64), meta)
         offsets = np.load(self.path / layout.OFFSETS, allow_pickle=False).astype(np.int64)
         return Extents(self.path / layout.DATA, offsets[:-1], np.diff(offsets), [*meta, self.path / layout.OFFSETS])

@@ -25,6 +25,8 @@ def add_doctor(sub: Any) -> None:
     p.add_argument("--size", help=f"image size S or HxW (default: the dataset's, else {DEFAULT_SIZE})")
     p.add_argument("--workers", type=int, help="loader workers to size shared memory for (default: make_loader's rule for the usable CPUs)")
     p.add_argument("--read-mb", type=int, default=256, help="MiB to read when measuring storage (default 256)")
+    p.add_argument("--cache-limit", help="with a bucket URL: the epoch's fetch plan through a chunk cache of this "
+                                          "size (e.g. 200GB; the small files are staged into the cache)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     add_argument(p)
     p.set_defaults(func=cmd_doctor)
@@ -76,7 +78,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     batch_bytes, workers, store = _loader_guess(args.path, args.size, args.batch_size)
     findings = diagnose(args.path, batch_bytes=batch_bytes, workers=workers if args.workers is None else args.workers,
                         read_limit=args.read_mb * 2**20, store=store,
-                        storage_options=options_from_args(args.storage_option))
+                        storage_options=options_from_args(args.storage_option), cache_limit=args.cache_limit,
+                        batch_size=args.batch_size, image_size=args.size or DEFAULT_SIZE)
     print(json.dumps([f.to_dict() for f in findings], indent=1) if args.json else render(findings))
     return 0
 

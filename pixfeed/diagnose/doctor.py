@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from pixfeed import _jpeghead
-from pixfeed.diagnose import bucket, devices, storage, system
+from pixfeed.diagnose import bucket, devices, fetch, storage, system
 from pixfeed.texttable import table
 from pixfeed.diagnose.finding import INFO, OK, Finding, size
 from pixfeed.cpus import CGROUP_ROOT, available_cpus
@@ -32,8 +32,10 @@ PREFETCH = 2
 def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BYTES, workers: Optional[int] = None,
              cgroup_root: Optional[Path] = None, meminfo: Path = system.MEMINFO, shm_dir: str = SHM_DIR,
              read_limit: int = storage.READ_LIMIT, store: Optional[str] = None,
-             storage_options: Optional[dict] = None) -> List[Finding]:
-    """Every check; the storage check only when ``path`` (a folder or a URL) is given; ``store``: the dataset's."""
+             storage_options: Optional[dict] = None, cache_limit=None, batch_size: int = 256,
+             image_size=None) -> List[Finding]:
+    """Every check; the storage check only when ``path`` (a folder or a URL) is given; ``store``: the dataset's;
+    the fetch plan for a URL with ``cache_limit`` (``fetch.py``)."""
     if workers is None:
         workers = default_workers(available_cpus(cgroup_root))
     findings = [
@@ -47,6 +49,8 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
         _check_storage(path, read_limit, storage_options) if path is not None else None,
         storage.check_cache(Path(path), page_cache_room(root=cgroup_root or CGROUP_ROOT, info=meminfo))
         if path is not None and not is_url(path) else None,
+        fetch.check_fetch(str(path), storage_options, cache_limit, batch_size, image_size)
+        if path is not None and is_url(path) and cache_limit is not None else None,
     ]
     return [f for f in findings if f is not None]
 

@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from pixfeed.cpus import available_cpus
 from pixfeed.pagecache import Extents
 from pixfeed.errors import OptionError, require_int
-from pixfeed.loaders import cacheplan, plan as rules
+from pixfeed.loaders import cacheplan, fetchplan, plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead
 from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
@@ -165,7 +165,7 @@ def make_loader(
     source = BatchReader(dataset) if plan.path == "batch" else dataset
     if not isinstance(dataset, IterableDataset) and draws_randomness(dataset):
         source = SeededSamples(source, seed or 0)
-    return PixfeedLoader(
+    loader = PixfeedLoader(
         source,
         batch_size=batch_size,
         drop_last=drop_last,
@@ -174,6 +174,8 @@ def make_loader(
         **_ordering(source, plan, shuffle, drop_last, seed, distributed, extents),
         **_workers(plan, seed),
     )
+    fetchplan.attach(loader, dataset, extents)  # a bucket dataset read through chunks: fetch in this order
+    return loader
 
 
 def _check_batchable(dataset: Any, batch_size: int) -> None:

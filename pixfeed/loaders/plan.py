@@ -77,6 +77,7 @@ class LoaderPlan:
     order: str = "random"
     quasi: Optional[Tuple[int, int]] = None
     drop_behind: Optional[int] = None
+    fetch: Optional[Dict[str, Any]] = None  # a chunk-cached bucket dataset's fetch plan (fetchplan.py)
     reasons: Dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import __version__, registry
 from ..checksum import ALGORITHM, file_hash
+from ..chunked import manifest_entry
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..sources import scan_source
@@ -177,6 +178,7 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         "schema": [f.to_json() for f in source.schema], "per_box": list(source.per_box), "source": source.origin,
         "options": opts.recorded(format), "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **manifest_entry(tmp, format.name),  # per-chunk hashes for reading through a chunk cache
         **extra,
     }
 

@@ -1,0 +1,103 @@
+"""The fetch plan of a chunk-cached dataset: ``attach`` a ``Fetcher`` to a loader and say what an epoch fetches.
+
+``attach(loader, dataset, extents)`` (from ``make_loader``) replaces the
+sampler's page-cache hints with a ``fetcher.Fetcher`` when the dataset reads
+its data file through a chunk cache, and fills ``plan.storage = "bucket
+chunks"``, its reason and ``plan.fetch`` (regime, chunk bytes, chunks, chunks
+the limit holds, and the bytes this epoch will fetch on the node: the GETs of
+furthest-next-use eviction simulated over the epoch's order of every rank,
+``belady``).  Regimes: ``order="quasi_random"`` reads ``QUASI_CHUNKS`` cache
+chunks of consecutive records at a time (windows of up to 32 of them, sized to
+a tenth of the cache), so each chunk is fetched about once; a full shuffle
+touches chunks all over the file, and the eviction policy decides how often
+each comes back; ``shuffle=False`` reads the file once, in order.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Optional
+
+import numpy as np
+
+from pixfeed.loaders.cacheplan import mib
+from pixfeed.loaders.fetcher import QUASI_CHUNKS, Fetcher, Uses
+from pixfeed.loaders.sampler import ResumableSampler
+from pixfeed.pagecache import Extents
+
+DEFAULT_AHEAD = 256 << 20  # bytes of records fetched ahead when io_ahead is left to the page-cache rule
+
+
+def belady(seq: np.ndarray, capacity: int) -> int:
+    """GETs for ``seq`` with ``capacity`` chunks and furthest-next-use eviction."""
+    n = len(seq)
+    nxt = np.full(n, n, np.int64)
+    order = np.argsort(seq, kind="stable")
+    same = seq[order][1:] == seq[order][:-1]
+    nxt[order[:-1][same]] = order[1:][same]
+    cached, heap, gets = {}, [], 0
+    for c, nu in zip(seq.tolist(), nxt.tolist()):
+        if c not in cached:
+            gets += 1
+            while len(cached) >= capacity:
+                key, victim = heapq.heappop(heap)
+                if cached.get(victim) == -key:
+                    del cached[victim]
+        cached[c] = nu
+        heapq.heappush(heap, (-nu, c))
+    return gets
+
+
+def quasi_sizes(cache: Any, extents: Extents) -> tuple:
+    """(chunk, window) in records for quasi-random order over a chunk cache."""
+    per_chunk = max(1, int(cache.chunk // max(float(extents.lengths.mean()), 1.0)))
+    capacity = cache.limit // cache.chunk
+    chunk = per_chunk * QUASI_CHUNKS
+    return chunk, chunk * max(1, min(32, capacity // 10))
+
+
+def forecast(fetcher: Fetcher) -> dict:
+    cache = fetcher.cache
+    capacity = max(1, cache.limit // cache.chunk)
+    gets = belady(Uses(cache, fetcher.extents, fetcher.stream()).sequence(), capacity)
+    return {"chunk_bytes": cache.chunk, "chunks": cache.count, "capacity": capacity,
+            "epoch_bytes": gets * cache.chunk, "data_bytes": cache.size}
+
+
+def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
+    """Fetch a chunk-cached dataset's chunks in the loader's order (a no-op for other datasets)."""
+    cache, sampler, plan = getattr(dataset, "chunks", None), loader.sampler, loader.pixfeed_plan
+    if cache is None or extents is None or not isinstance(sampler, ResumableSampler):
+        return
+    if plan.order == "quasi_random":
+        sampler.quasi = plan.quasi = quasi_sizes(cache, extents)
+        plan.reasons["order"] = (f"shuffled chunks of {plan.quasi[0]} consecutive records ({QUASI_CHUNKS} cache "
+                                 f"chunks), shuffled within windows of {plan.quasi[1]} records")
+    in_flight = plan.num_workers * (plan.prefetch_factor or 0) if plan.num_workers else 1  # batches handed out, unread
+    sampler.hints = Fetcher(cache, extents, sampler, plan.io_ahead or DEFAULT_AHEAD, in_flight * loader.batch_size)
+    sampler._resize()
+    plan.fetch = {"regime": regime(plan, sampler), **forecast(sampler.hints)}
+    plan.storage = "bucket chunks"
+    f = plan.fetch
+    plan.reasons["storage"] = (
+        f"dataset > cache_limit: {f['chunks']} chunks of {mib(f['chunk_bytes'])}, {f['capacity']} fit; "
+        f"{f['regime']}; epoch {loader.epoch} fetches {mib(f['epoch_bytes'])} "
+        f"({f['epoch_bytes'] / max(f['data_bytes'], 1):.2f}x the data file; furthest-next-use eviction)"
+        + crowded(sampler.hints.lag, f["capacity"], plan.order))
+
+
+def crowded(records: int, capacity: int, order: str) -> str:
+    """A warning when the records handed out but not yet read may need more chunks than the cache holds
+    (the forecast assumes reads one at a time; a shuffle's in-flight records lie in as many chunks)."""
+    if order == "quasi_random" or records <= capacity // 2:
+        return ""
+    return (f"; but the {records} records in flight may need more chunks than the {capacity} the cache holds, "
+            "so chunks come back more often than that: raise cache_limit, lower chunk_bytes, prefetch_factor "
+            "or batch_size, or use order='quasi_random'")
+
+
+def regime(plan: Any, sampler: Any) -> str:
+    if plan.order == "quasi_random":
+        return "quasi_random: each chunk fetched about once"
+    if not sampler.shuffle:
+        return "record order: the file read once, in order"
+    return "full shuffle: the eviction policy decides how often a chunk comes back"
