@@ -100,7 +100,7 @@ def test_cli_profile(image_tree, tmp_path, capsys):
     from pixfeed.packers import pack
 
     pack(image_tree, tmp_path / "ds", "mmap", size=16)
-    assert main(["profile", str(tmp_path / "ds"), "--batch-size", "4", "--steps", "2", "--step-ms", "30", "--json"]) == 0
+    assert main(["profile", str(tmp_path / "ds"), "--batch-size", "4", "--steps", "2", "--step-ms", "300", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["report"]["bound"] == "compute-bound" and out["report"]["steps"] == 2
     assert out["plan"]["num_workers"]
