@@ -266,3 +266,34 @@ def test_doctor_shows_the_fetch_plan_of_both_orders(packs, s3_server, tmp_path, 
     assert found.data["random"]["epoch_bytes"] > found.data["quasi_random"]["epoch_bytes"] >= \
         found.data["quasi_random"]["data_bytes"]
     assert "in a full shuffle" in found.value and "with order='quasi_random'" in found.value and found.status == "warn"
+
+
+@pytest.mark.parametrize("limited", [True, False])
+def test_bench_a_bucket_dataset_reports_get_speed_fetch_plan_and_epochs(packs, s3_server, tmp_path, monkeypatch,
+                                                                        capsys, limited):
+    from pixfeed import chunked
+    from pixfeed.cli import main
+
+    _, url = packs["pixels"]
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", CHUNK)
+    monkeypatch.setenv("PIXFEED_CACHE", str(tmp_path / "cache"))
+    opts = [f"--storage-option={k}={v}" for k, v in s3_server.options.items()]
+    limit = ["--cache-limit", str(limit_of(url, s3_server.options))] if limited else []
+    assert main(["bench", url, *opts, *limit, "--epochs", "2", "--batch-size", "16", "--workers", "0",
+                 "--order", "quasi_random", "--out", str(tmp_path / "out"), "-q"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [e["images"] for e in result["epochs"]] == [120, 120]  # every record, each epoch
+    assert result["bucket"]["parallel_bytes_per_s"] > 0 and "parallel GETs" in out
+    assert s3_server.options["secret"] not in out
+    if limited:
+        assert result["storage"] == "bucket chunks" and result["fetch"]["epoch_bytes"] >= result["fetch"]["data_bytes"]
+        assert "fetch plan: " in out and "x the data file" in out
+    else:
+        assert result["fetch"] is None and "fetch plan" not in out
+
+
+def test_bench_options_for_a_url_are_refused_for_a_folder(tmp_path):
+    from pixfeed.cli import main
+
+    assert main(["bench", str(tmp_path), "--cache-limit", "1GB", "--out", str(tmp_path / "o")]) == 2
