@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import SequentialSampler
+from torch.utils.data import DistributedSampler, SequentialSampler
 
 pytest.importorskip("accelerate")
 pytest.importorskip("lightning")
@@ -23,7 +22,6 @@ pytest.importorskip("lightning")
 from conftest import make_tree  # noqa: E402
 from frameworks.common import BATCH, COUNT, datasets, identities  # noqa: E402
 from pixfeed.loaders import PixfeedLoader, make_loader  # noqa: E402
-from pixfeed.world import World  # noqa: E402
 from pixfeed.packers import pack  # noqa: E402
 
 SCRIPTS = Path(__file__).parent / "frameworks"
@@ -120,22 +118,23 @@ def test_lightning_can_recreate_the_loader_with_its_own_sampler(wds):
     assert [int(x) for _, labels in recreated for x in labels] == list(range(COUNT))
 
 
-def test_lightning_predict_wrapper_splits_once_with_distributed_false(wds, monkeypatch):
-    """Predicting, Lightning wraps the loader's sampler in its own, which splits by rank: pixfeed must not."""
-    from lightning.fabric.utilities.data import _update_dataloader
-    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSamplerWrapper
+def test_lightning_predict_on_two_devices_predicts_every_sample_once(lightning, everything):
+    """trainer.predict(strategy="ddp", devices=2): the README's call (distributed=False: Lightning's own
+    unrepeated split wraps pixfeed's sampler) and the defaults (pixfeed splits; Lightning keeps its sampler)."""
+    for how in ("defaults", "distributed=False"):
+        per_rank = [result["predict"][how] for result in lightning]
+        assert len(per_rank[0]) == len(per_rank[1]) == COUNT // 2, f"{how}: {len(per_rank[0])}, {len(per_rank[1])}"
+        assert Counter(per_rank[0] + per_rank[1]) == everything["map"], f"{how}: not each sample once"
 
-    rank_1_of_2 = classmethod(lambda cls, distributed="auto", **_: World() if distributed is False else World(1, 2))
-    monkeypatch.setattr(World, "detect", rank_1_of_2)
+
+def test_only_a_splitting_loader_has_a_distributed_sampler(wds, monkeypatch):
+    """Frameworks keep a DistributedSampler and wrap any other sampler in their split."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
     dataset = datasets(wds)["map"]
-
-    def predicted(**options):
-        loader = make_loader(dataset, BATCH, num_workers=0, shuffle=False, **options)
-        wrapper = UnrepeatedDistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=1, shuffle=False)
-        return [int(x) for _, labels in _update_dataloader(loader, wrapper) for x in labels]
-
-    with pytest.warns(UserWarning, match="split twice: make the loader with distributed=False"):
-        assert predicted() == list(range(3, COUNT, 4))  # split twice: a quarter
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert predicted(distributed=False) == list(range(1, COUNT, 2))
+    for distributed in ("auto", True):
+        assert isinstance(make_loader(dataset, BATCH, num_workers=0, distributed=distributed).sampler,
+                          DistributedSampler)
+    plain = make_loader(dataset, BATCH, num_workers=0, distributed=False, shuffle=False)
+    assert not isinstance(plain.sampler, DistributedSampler)
+    assert [int(x) for _, labels in plain for x in labels] == list(range(COUNT))

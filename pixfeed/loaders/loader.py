@@ -41,7 +41,7 @@ from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders import resume
-from pixfeed.loaders.progress import POLL, RecordedSampler
+from pixfeed.loaders.progress import POLL, RecordedSampler, SplitSampler
 from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
 from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
@@ -227,8 +227,9 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
         return {"collate_fn": collate_fn}
-    sampler = RecordedSampler(source, distributed=distributed, shuffle=True if shuffle is None else shuffle,
-                              seed=seed or 0, drop_last=drop_last)
+    kind = RecordedSampler if distributed is False else SplitSampler  # False: a framework's split wraps it
+    sampler = kind(source, distributed=distributed, shuffle=True if shuffle is None else shuffle, seed=seed or 0,
+                   drop_last=drop_last)
     sampler.quasi = plan.quasi
     sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}

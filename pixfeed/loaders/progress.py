@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, List
 
+from torch.utils.data import DistributedSampler
+
 from pixfeed.errors import LoaderStalledError
 from pixfeed.loaders.proc import Task
 from pixfeed.loaders.sampler import ResumableSampler
@@ -26,6 +28,11 @@ class RecordedSampler(ResumableSampler):
     def __iter__(self) -> Iterator[int]:
         self.order = self.indices()
         return self.follow(self.order)
+
+
+class SplitSampler(RecordedSampler, DistributedSampler):
+    """The sampler of a loader that splits by rank itself (``distributed`` "auto" or True): a
+    ``DistributedSampler``, so that frameworks keep it instead of injecting their own."""
 
 
 def batch_records(loader: Any, batch: int) -> str:

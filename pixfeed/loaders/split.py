@@ -15,15 +15,19 @@ drives it:
   process under Accelerate (whose prepared loader splits the batches), the
   process group's world otherwise.
 
-``EpochSampler`` is a ``DistributedSampler``, so Lightning keeps it instead of
-injecting its own, and calls its ``set_epoch`` each epoch; that epoch number
-is the one the loader uses next (``requested``), so a framework's epoch count
-(a resumed run's too) decides the order.
+pixfeed's sampler is a ``DistributedSampler`` when pixfeed splits
+(``distributed`` "auto" or True: ``sampler.SplitSampler``), so Lightning keeps
+it instead of injecting its own, and calls its ``set_epoch`` each epoch; that
+epoch number is the one the loader uses next (``requested``), so a
+framework's epoch count (a resumed run's too) decides the order.  With
+``distributed=False`` it is a plain ``Sampler`` (``EpochSampler``): a
+framework that splits by rank (Lightning, always when predicting) wraps it in
+its own ``DistributedSampler`` and splits once.
 
 ``split_warning`` says when pixfeed cannot tell and names the fix: an epoch
 that starts with no process group while ``WORLD_SIZE`` says there are several
-ranks, or a framework's ``DistributedSampler`` in place of pixfeed's (Lightning
-wraps it when predicting: make that loader with ``distributed=False``).
+ranks, or a framework's ``DistributedSampler`` in place of pixfeed's that would
+split a second time.
 """
 from __future__ import annotations
 
@@ -32,19 +36,23 @@ import os
 import warnings
 from typing import Any, Iterator, Optional
 
-from torch.utils.data import DistributedSampler, IterableDataset
+from torch.utils.data import DistributedSampler, IterableDataset, Sampler
 
 from pixfeed.world import Distributed, World
 
 
-class EpochSampler(DistributedSampler):
-    """``DistributedSampler`` whose ``num_replicas`` and ``rank`` are resolved when an epoch starts."""
+class EpochSampler(Sampler):
+    """``DistributedSampler``'s attributes and epoch, with ``num_replicas`` and ``rank`` resolved when an epoch
+    starts. Not itself a ``DistributedSampler``: ``SplitSampler`` (``distributed`` "auto" or True) is one, so
+    that frameworks keep it; with ``distributed=False`` they inject their own split around it."""
 
     def __init__(self, dataset: Any, *, distributed: Distributed, shuffle: bool, seed: int, drop_last: bool) -> None:
-        super().__init__(dataset, num_replicas=1, rank=0, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        self.dataset, self.shuffle, self.seed, self.drop_last = dataset, shuffle, seed, drop_last
+        self.epoch, self.num_replicas, self.rank = 0, 1, 0
         self.distributed = distributed
         self.requested: Optional[int] = None  # an epoch set from outside since the loader last started one
         self._world: Optional[World] = None  # the driving PixfeedLoader's; None: resolve as wrapped
+        self._resize()
 
     def use(self, world: World) -> None:
         """Split for ``world`` until a wrapper calls ``set_epoch`` (the PixfeedLoader drives)."""
@@ -52,12 +60,10 @@ class EpochSampler(DistributedSampler):
 
     def start(self, epoch: int) -> None:
         """The PixfeedLoader starts epoch ``epoch`` (after ``use``)."""
-        super().set_epoch(epoch)
-        self.requested = None
+        self.epoch, self.requested = epoch, None
 
     def set_epoch(self, epoch: int) -> None:
-        super().set_epoch(epoch)
-        self.requested, self._world = epoch, None
+        self.epoch, self.requested, self._world = epoch, epoch, None
 
     def _resize(self) -> None:
         world = self._world or World.detect(self.distributed, wrapped=True)
@@ -65,14 +71,6 @@ class EpochSampler(DistributedSampler):
         self.num_replicas, self.rank = world.size, world.rank
         self.num_samples = n // world.size if self.drop_last else math.ceil(n / world.size)  # as torch's
         self.total_size = self.num_samples * world.size
-
-    def __iter__(self) -> Iterator[int]:
-        self._resize()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        self._resize()
-        return super().__len__()
 
 
 def split_iterable(dataset: IterableDataset, world: World) -> None:

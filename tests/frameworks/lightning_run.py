@@ -12,8 +12,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from common import BATCH, SEED, datasets, epochs, identities, save
+from common import BATCH, COUNT, SEED, datasets, epochs, identities, save
 from pixfeed import make_loader
+from pixfeed.loaders._testing import ArrayDataset, random_images
 from pixfeed.loaders.datamodule import PixfeedDataModule
 
 
@@ -38,6 +39,22 @@ class Recorder(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class Predictor(pl.LightningModule):
+    """Predicts each sample's identity."""
+
+    def predict_step(self, batch, batch_idx):
+        return identities(batch)
+
+
+def predict(**options):
+    """Every sample this rank predicted with ``trainer.predict`` on 2 devices (ddp), through
+    ``make_loader(dataset, BATCH, shuffle=False, **options)``."""
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    loader = make_loader(ArrayDataset(random_images(COUNT, 6, 6)), BATCH, shuffle=False, **options)
+    return sum(trainer.predict(Predictor(), loader), [])
+
+
 def loaders(wds: str):
     return {kind: make_loader(dataset, BATCH, seed=SEED) for kind, dataset in datasets(wds).items()}
 
@@ -59,6 +76,7 @@ def main(out: Path, wds: str) -> None:
     _, results["after"] = fit(Recorder(lambda: loaders(wds)), 2, "ddp")
     module = PixfeedDataModule(datasets(wds)["map"], BATCH, seed=SEED)
     _, results["datamodule"] = fit(Recorder(), 2, "ddp", datamodule=module)
+    results["predict"] = {"defaults": predict(), "distributed=False": predict(distributed=False)}
     save(results, out / f"rank{trainer.global_rank}.pt")
 
 
