@@ -6,7 +6,8 @@ torch's iterator so that no wait on a reader goes unchecked:
 * **in process**: ``guard.Guarded`` (a helper thread reads, the caller's wait
   is bounded).
 * **workers**: torch's DataLoader gets ``timeout=POLL``, so a dead worker is
-  found within ``POLL`` seconds (or at once, by torch's SIGCHLD handler) and
+  found within ``POLL`` seconds (torch's SIGCHLD handler is taken off: it
+  raises wherever the training thread happens to be, unnamed) and
   raises ``WorkerDiedError`` naming the worker, its pid, the signal, the
   records of the batches it had not delivered and the likely cause (the
   memory cgroup's ``oom_kill`` count tells the out-of-memory killer from a
@@ -56,6 +57,15 @@ def watched(loader: Any, start: Callable[[], Iterator[Any]]) -> Iterator[Any]:
     return Workers(batches, loader) if loader.num_workers else Guarded(batches, loader)
 
 
+def _without_sigchld_errors(batches: Any) -> None:
+    """Torch's SIGCHLD handler raises its own RuntimeError wherever the training thread is when a worker
+    dies, often outside any wait of ours (in the loop body); the bounded waits find the dead worker
+    within ``POLL`` seconds instead, and name it."""
+    if getattr(batches, "_worker_pids_set", False):
+        torch._C._remove_worker_pids(id(batches))
+        batches._worker_pids_set = False
+
+
 def _shortage(loader: Any) -> str:
     plan = loader.pixfeed_plan
     return shortage(plan.batch_bytes or 0, plan.num_workers, shm_free_bytes())
@@ -70,6 +80,7 @@ class Workers(Iterator[Any]):
         self.oom_kills = oom_kills()
         self.waiting, self.done = False, False
         self.failure: Optional[LoaderError] = None
+        _without_sigchld_errors(batches)
         threading.Thread(target=_monitor, args=(weakref.ref(self),), name="pixfeed-watchdog", daemon=True).start()
 
     def __next__(self) -> Any:
@@ -126,9 +137,6 @@ class Workers(Iterator[Any]):
         if self.stall.stuck((worker, batch), snapshot):
             self.failure = self.stall.error(f"DataLoader worker {worker} (pid {pid})",
                                             batch_records(self.loader, batch), snapshot)
-            if getattr(self.batches, "_worker_pids_set", False):  # torch's SIGCHLD handler would raise its own
-                torch._C._remove_worker_pids(id(self.batches))
-                self.batches._worker_pids_set = False
             os.kill(pid, signal.SIGKILL)
 
     def _died(self) -> WorkerDiedError:
