@@ -42,7 +42,7 @@ CLUSTER_CPUS = 64
 
 def timed_pack(src: str, out: Path, store: str, executor: str) -> float:
     start = time.perf_counter()
-    pack(src, out, "mmap", store=store, size=224, overwrite=True, executor=executor)
+    pack(src, out, "mmap", store=store, overwrite=True, executor=executor, **({"size": 224} if store == "pixels" else {}))
     return time.perf_counter() - start
 
 

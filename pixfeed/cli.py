@@ -32,11 +32,11 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="mmap", choices=list(FORMATS), help="the format (default: mmap)")
     p.add_argument("--store", choices=STORES,
                    help="pixels: decoded uint8 RGB (default for mmap); encoded: the image files' bytes (default otherwise)")
-    p.add_argument("--size", default="256", help="pixels mode: output size S or HxW (default 256)")
-    p.add_argument("--resize", default="crop", choices=("crop", "pad", "stretch"),
+    p.add_argument("--size", help="pixels mode: output size S or HxW (default 256)")
+    p.add_argument("--resize", choices=("crop", "pad", "stretch"),
                    help="pixels mode: short side to S then center crop (crop), letterbox (pad) or stretch")
     p.add_argument("--max-side", type=int, help="encoded mode: re-encode images larger than N pixels to JPEG")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality for --max-side (default 90)")
+    p.add_argument("--quality", type=int, help="JPEG quality for --max-side (default 90)")
     p.add_argument("--ext", help="comma-separated extensions to pack (default jpg,jpeg,png, any case)")
     p.add_argument("--workers", type=int, help="pack processes (default: the CPUs this process may use)")
     p.add_argument("--executor", default="local", choices=("local", "ray"),
@@ -62,7 +62,7 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
     p.add_argument("--seed", type=int, help="wds: seed of the pre-shard shuffle (default 0)")
     p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="wds: keep source order")
-    p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5: compress pixel chunks")
+    p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5, pixels mode: compress pixel chunks")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     add_argument(p)
 

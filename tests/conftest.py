@@ -37,6 +37,11 @@ def make_tree(root: Path, classes=("cat", "dog", "eel"), per_class=4) -> Path:
     return root
 
 
+def sized(store, size) -> dict:
+    """``size=`` for a pack of ``store``: only pixels packs take it (an encoded pack refuses it)."""
+    return {"size": size} if store == "pixels" else {}
+
+
 def fail_record_at(monkeypatch, index: int) -> None:
     """Make the pack's record loader raise RuntimeError("disk on fire") at source ``index``
     (in the workers too: they fork after the patch)."""

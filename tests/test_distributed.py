@@ -81,7 +81,7 @@ def bucket_cases(root: Path, request) -> Packed:
     cases = {}
     for fmt in ("wds", "lmdb"):
         url = f"s3://pixfeed/distributed/{fmt}"
-        pack(root / "src", url, fmt, size=SIZE, workers=1, overwrite=True, storage_options=server.options)
+        pack(root / "src", url, fmt, workers=1, overwrite=True, storage_options=server.options)
         cases[f"{fmt}-bucket"] = (url, options)
     return cases
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset
 
-from conftest import make_tree
+from conftest import make_tree, sized
 from pixfeed.errors import OptionError
 from pixfeed.loaders import make_loader
 from pixfeed.packers import pack
@@ -30,7 +30,7 @@ def pack_all(root: Path) -> Packed:
     for fmt in FORMATS:
         for store in STORES:
             dst = root / f"{fmt}-{store}"
-            pack(src, dst, fmt, store=store, size=SIZE, workers=1)
+            pack(src, dst, fmt, store=store, **sized(store, SIZE), workers=1)
             packed[dst.name] = (str(dst), {} if store == "pixels" else {"size": SIZE})
     return packed
 

@@ -17,7 +17,7 @@ from pixfeed.errors import CorruptDataError, DatasetError, OptionError, SourceEr
 from pixfeed.packers import executors
 from pixfeed.sources.folder import scan
 
-from conftest import fail_record_at, write_image
+from conftest import fail_record_at, write_image, sized
 from reference import reference_pixels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,7 +154,7 @@ def test_bad_image_fails_by_default_and_is_skipped_on_request(image_tree, tmp_pa
         pixfeed.pack(image_tree, tmp_path / "ds", "mmap", size=8)
     assert not (tmp_path / "ds").exists()
     for store in ("pixels", "encoded"):
-        m = pixfeed.pack(image_tree, tmp_path / store, "mmap", store=store, size=8, on_error="skip", workers=2)
+        m = pixfeed.pack(image_tree, tmp_path / store, "mmap", store=store, **sized(store, 8), on_error="skip", workers=2)
         assert m["count"] == 12 and [s["path"] for s in m["skipped"]] == ["dog/broken.jpg"]
         ds = MmapImageDataset(tmp_path / store, size=8)
         assert "dog/broken" not in json.loads((tmp_path / store / "keys.json").read_text())
@@ -183,7 +183,7 @@ def test_dataloader_with_two_workers_sees_every_index_once(image_tree, tmp_path)
 
 @pytest.mark.parametrize("store", ["pixels", "encoded"])
 def test_getitems_and_get_batch_equal_item_reads(image_tree, tmp_path, store):
-    pixfeed.pack(image_tree, tmp_path / "ds", "mmap", store=store, size=10)
+    pixfeed.pack(image_tree, tmp_path / "ds", "mmap", store=store, **sized(store, 10))
     ds = MmapImageDataset(tmp_path / "ds", size=8)
     idx = [5, 0, 11, 5, -1]
     batch = ds.__getitems__(idx)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_tree, write_image
+from conftest import make_tree, write_image, sized
 
 from pixfeed import registry
 from pixfeed.errors import OutputError
@@ -171,10 +171,10 @@ def test_real_full_disk(tmp_path, mount, fmt, store):
         write_image(tmp_path / "small" / f"{i}.jpg", fmt="JPEG", seed=i)
     fs = mount(tmp_path / "fs", "48k")
     dst = fs / "ds"
-    pack(tmp_path / "small", dst, fmt, store=store, size=16, workers=1)
+    pack(tmp_path / "small", dst, fmt, store=store, **sized(store, 16), workers=1)
     before = _snapshot(dst)
     with pytest.raises(OutputError, match=f"cannot write the dataset {dst}: .*No space left on device"):
-        pack(src, dst, fmt, store=store, size=64, workers=1, overwrite=True)
+        pack(src, dst, fmt, store=store, **sized(store, 64), workers=1, overwrite=True)
     assert _leftovers(fs) == [] and _snapshot(dst) == before
 
 

@@ -1,6 +1,6 @@
-"""Format-specific pack options are refused for a format that does not take
-them (API and CLI), only the options that applied are recorded, and a pack
-reads each source file once."""
+"""Pack options that do not apply to the pack's format or store are refused
+(API and CLI), naming what they apply to; only the options that took effect
+are recorded, and a pack reads each source file once."""
 from __future__ import annotations
 
 import builtins
@@ -40,13 +40,52 @@ def test_the_cli_refuses_them_too(image_tree, tmp_path, capsys):
 
 
 def test_only_the_options_that_applied_are_recorded(image_tree, tmp_path):
-    common = {"store", "size", "resize", "max_side", "quality", "ext", "on_error", "max_pixels", "full_check"}
+    common = {"store", "ext", "on_error", "max_pixels"}
+    stores = {"pixels": {"size", "resize"}, "encoded": {"full_check", "max_side"}}
     own = {"mmap": set(), "lmdb": set(), "hdf5": {"compression"}, "wds": {"shard_size", "shard_bytes", "shuffle",
                                                                            "seed"}}
     for fmt, extra in own.items():
-        m = pixfeed.pack(image_tree, tmp_path / fmt, fmt, size=8, workers=1)
-        assert set(m["options"]) == common | extra, fmt
+        for store, applied in stores.items():
+            size = {"size": 8} if store == "pixels" else {}
+            m = pixfeed.pack(image_tree, tmp_path / f"{fmt}-{store}", fmt, store=store, workers=1, **size)
+            expected = common | applied | (extra - ({"compression"} if store == "encoded" else set()))
+            assert set(m["options"]) == expected, (fmt, store)
     assert m["options"]["shuffle"] is True and m["options"]["seed"] == 0  # wds's defaults, filled in
+    m = pixfeed.pack(image_tree, tmp_path / "384", "mmap", store="encoded", max_side=16, workers=1)
+    assert m["options"]["max_side"] == 16 and m["options"]["quality"] == 90 and "size" not in m["options"]
+    m = pixfeed.pack(image_tree, tmp_path / "default", "mmap", workers=1)
+    assert m["options"]["size"] == [256, 256] and m["options"]["resize"] == "crop" and "max_side" not in m["options"]
+
+
+# (format, store the pack would use, option given, the store it applies to)
+OTHER_STORE = [("lmdb", None, {"size": 224}, "pixels"), ("wds", "encoded", {"resize": "pad"}, "pixels"),
+               ("mmap", None, {"max_side": 384}, "encoded"), ("hdf5", "pixels", {"max_side": 64}, "encoded"),
+               ("mmap", "pixels", {"full_check": True}, "encoded"), ("hdf5", "encoded", {"compression": "gzip"}, "pixels"),
+               ("wds", None, {"size": 64, "resize": "stretch"}, "pixels")]
+
+
+@pytest.mark.parametrize("fmt, store, option, applies", OTHER_STORE)
+def test_an_option_of_the_other_store_is_refused_naming_the_store_it_applies_to(image_tree, tmp_path, fmt, store,
+                                                                                option, applies):
+    name = next(iter(option))
+    flag = "--" + name.replace("_", "-")
+    why = "asked for" if store else f"the default of --format {fmt}"
+    with pytest.raises(OptionError, match=rf"{flag} \({name}=\) applies to --store {applies} only, and this pack "
+                                          rf"stores \w+ \({why}\)"):
+        pixfeed.pack(image_tree, tmp_path / "out", fmt, store=store, workers=1, **option)
+    assert not (tmp_path / "out").exists()
+
+
+def test_quality_needs_max_side(image_tree, tmp_path, capsys):
+    with pytest.raises(OptionError, match="--quality .*give --max-side N with it"):
+        pixfeed.pack(image_tree, tmp_path / "out", "mmap", store="encoded", quality=50)
+    assert main(["pack", "--format", "lmdb", "--size", "224", "-q", str(image_tree), str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--size (size=) applies to --store pixels only, and this pack stores encoded (the default of --format " \
+           "lmdb)" in err and "Traceback" not in err
+    assert main(["pack", "--store", "pixels", "--full-check", "-q", str(image_tree), str(tmp_path / "o")]) == 2
+    assert "--full-check (full_check=) applies to --store encoded only" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "out").exists()
 
 
 def test_wds_reads_each_source_file_once_and_records_its_shape(image_tree, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import h5py
 import lmdb
 import numpy as np
 import pytest
-from conftest import make_tree
+from conftest import make_tree, sized
 from test_single_writer import assert_same_as_mmap
 
 from pixfeed.datasets import MmapImageDataset, open_dataset
@@ -74,8 +74,8 @@ def test_tasks_are_copied_in_order_while_the_last_one_runs(tmp_path, monkeypatch
     (src / "cat" / "broken.jpg").write_bytes(BROKEN)  # record 0, task 0
     (src / "dog" / "broken.jpg").write_bytes(BROKEN)  # task 2
     copies, _ = gate_last_task(monkeypatch, fmt)
-    m = pack(src, tmp_path / fmt, fmt, store=store, size=16, workers=2, on_error="skip")
-    pack(src, tmp_path / "mmap", "mmap", store=store, size=16, workers=2, on_error="skip")
+    m = pack(src, tmp_path / fmt, fmt, store=store, **sized(store, 16), workers=2, on_error="skip")
+    pack(src, tmp_path / "mmap", "mmap", store=store, **sized(store, 16), workers=2, on_error="skip")
     assert [s["path"] for s in m["skipped"]] == ["cat/broken.jpg", "dog/broken.jpg"]
     assert [task for _, task in copies] == list(range(8))  # 26 images in 8 tasks (4 per worker)
     source = scan(src)

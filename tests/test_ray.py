@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_tree
+from conftest import make_tree, sized
 
 from pixfeed import registry
 from pixfeed.cli import main
@@ -69,8 +69,8 @@ def assert_same_pack(a: Path, b: Path) -> None:
 
 @pytest.mark.parametrize("fmt,store", CASES)
 def test_ray_pack_equals_local_pack(cluster, src, tmp_path, fmt, store):
-    pack(src, tmp_path / "local", fmt, store=store, size=16, workers=2)
-    m = pack(src, tmp_path / "ray", fmt, store=store, size=16, executor="ray")
+    pack(src, tmp_path / "local", fmt, store=store, **sized(store, 16), workers=2)
+    m = pack(src, tmp_path / "ray", fmt, store=store, **sized(store, 16), executor="ray")
     assert m["count"] == 18
     assert_same_pack(tmp_path / "local", tmp_path / "ray")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local", "ray"]
@@ -80,10 +80,10 @@ def test_ray_pack_equals_local_pack(cluster, src, tmp_path, fmt, store):
 def test_a_task_whose_worker_dies_midway_is_retried(cluster, src, tmp_path, fmt, store):
     armed = cluster / "task-2"
     armed.touch()  # the first attempt of task 2 exits its worker after one record
-    pack(src, tmp_path / "ray", fmt, store=store, size=16, shard_size=5 if fmt == "wds" else None,
+    pack(src, tmp_path / "ray", fmt, store=store, **sized(store, 16), shard_size=5 if fmt == "wds" else None,
          executor="ray")
     assert not armed.exists(), "task 2 never ran its crashing first attempt"
-    pack(src, tmp_path / "local", fmt, store=store, size=16, shard_size=5 if fmt == "wds" else None, workers=2)
+    pack(src, tmp_path / "local", fmt, store=store, **sized(store, 16), shard_size=5 if fmt == "wds" else None, workers=2)
     assert_same_pack(tmp_path / "local", tmp_path / "ray")
 
 

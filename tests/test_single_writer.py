@@ -16,6 +16,7 @@ from pixfeed.datasets import MmapImageDataset, open_dataset
 from pixfeed.errors import CorruptDataError
 from pixfeed.packers import pack
 from pixfeed.sources.folder import scan
+from conftest import sized
 
 
 def pack_both(src: Path, tmp: Path, fmt: str, **options):
@@ -103,7 +104,7 @@ def fmt(request) -> str:
 
 @STORES
 def test_round_trip_equals_mmap(image_tree, tmp_path, fmt, store):
-    ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, size=24)
+    ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, **sized(store, 24))
     assert ds.format == fmt
     assert_same_as_mmap(ds, ref)
     assert_getitems_matches(ds)
@@ -128,7 +129,7 @@ def test_pickle_and_dataloader_workers(image_tree, tmp_path, fmt):
 
 @STORES
 def test_damaged_record_names_index_and_key(image_tree, tmp_path, fmt, store):
-    ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, size=24)
+    ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, **sized(store, 24))
     needle = bytes(np.asarray(ref.read_stored(np.array([4]))[0][0]))
     assert_damage_detected(tmp_path / fmt, DATA_FILES[fmt], needle, 4)
 
@@ -142,7 +143,7 @@ def test_flat_source(flat_tree, tmp_path, fmt):
 @STORES
 def test_on_error_skip_drops_the_bad_file(image_tree, tmp_path, fmt, store):
     (image_tree / "dog" / "broken.jpg").write_bytes(b"\xff\xd8\xff not really a jpeg")
-    ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, size=16, on_error="skip")
+    ds, ref = pack_both(image_tree, tmp_path, fmt, store=store, **sized(store, 16), on_error="skip")
     assert [s["path"] for s in ds.manifest["skipped"]] == ["dog/broken.jpg"]
     assert len(ds) == len(scan(image_tree)) - 1
     assert_same_as_mmap(ds, ref)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_image
+from conftest import write_image, sized
 from reference import reference_pixels
 
 import pixfeed.registry
@@ -34,7 +34,7 @@ def twin_images(root: Path) -> Path:
 @pytest.mark.parametrize("fmt", sorted(pixfeed.registry.FORMATS))
 def test_tiny_source_round_trips(tmp_path, fmt, store, make):
     src = make(tmp_path / "src")
-    m = pack(src, tmp_path / "out", fmt, store=store, size=SIZE, workers=2)
+    m = pack(src, tmp_path / "out", fmt, store=store, **sized(store, SIZE), workers=2)
     options = {"shuffle": False} if fmt == "wds" else {}
     ds = open_dataset(tmp_path / "out", size=SIZE, exact=True, **options)
     samples = list(ds)

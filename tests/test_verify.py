@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_tree
+from conftest import make_tree, sized
 from torch.utils.data import IterableDataset
 
 from pixfeed import registry
@@ -27,7 +27,7 @@ KEY = "dog/img1"  # an RGB PNG in make_tree
 def packed(request, tmp_path) -> tuple:
     fmt, store = request.param
     src, dst = make_tree(tmp_path / "src"), tmp_path / "ds"
-    pack(src, dst, fmt, store=store, size=16, workers=1)
+    pack(src, dst, fmt, store=store, **sized(store, 16), workers=1)
     return src, dst
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import webdataset
-from conftest import make_tree, write_image
+from conftest import make_tree, write_image, sized
 from PIL import Image
 from webdataset.tariterators import base_plus_ext
 
@@ -59,8 +59,8 @@ def as_worker(monkeypatch, worker: int, workers: int) -> None:
 
 @pytest.mark.parametrize("store", ["encoded", "pixels"])
 def test_round_trip_matches_mmap(image_tree, tmp_path, store):
-    pack(image_tree, tmp_path / "wds", "wds", workers=2, store=store, size=24, shard_size=5)
-    pack(image_tree, tmp_path / "mmap", "mmap", workers=2, store=store, size=24)
+    pack(image_tree, tmp_path / "wds", "wds", workers=2, store=store, **sized(store, 24), shard_size=5)
+    pack(image_tree, tmp_path / "mmap", "mmap", workers=2, store=store, **sized(store, 24))
     ds, ref = open_dataset(tmp_path / "wds"), MmapImageDataset(tmp_path / "mmap")
     assert isinstance(ds, WdsImageDataset) and len(ds) == len(ref) == 12
     got = {ds.key(i): (label, img) for i, (img, label) in Indexed(tmp_path / "wds")}
@@ -111,7 +111,7 @@ def test_no_shuffle_keeps_source_order_and_shuffle_is_seeded(image_tree, tmp_pat
 
 @pytest.mark.parametrize("store", ["encoded", "pixels"])
 def test_shard_bytes_bound(image_tree, tmp_path, store):
-    m = pack(image_tree, tmp_path / "d", "wds", workers=2, store=store, size=16, shard_bytes=20480)
+    m = pack(image_tree, tmp_path / "d", "wds", workers=2, store=store, **sized(store, 16), shard_bytes=20480)
     assert len(m["shards"]) > 1 and sum(s["count"] for s in m["shards"]) == 12
     assert all(p.stat().st_size <= 20480 for p in shard_paths(tmp_path / "d"))
     m = pack(image_tree, tmp_path / "e", "wds", workers=2, shard_bytes=10 ** 6, shard_size=3)
@@ -342,7 +342,7 @@ def test_skipped_images_keep_indices_consistent(tmp_path):
 @pytest.mark.parametrize("store", ["encoded", "pixels"])
 def test_shards_written_in_pieces_equal_one_tarfile(image_tree, tmp_path, store):
     """One shard for 2 workers is packed as pieces and joined: the same bytes as one TarFile writing it."""
-    m = pack(image_tree, tmp_path / "d", "wds", workers=2, store=store, size=8)
+    m = pack(image_tree, tmp_path / "d", "wds", workers=2, store=store, **sized(store, 8))
     assert [s["name"] for s in m["shards"]] == ["shard-000000.tar"]
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["keys.json", "pixfeed.json", "shard-000000.tar"]
     shard = tmp_path / "d" / "shard-000000.tar"

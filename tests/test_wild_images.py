@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_image
+from conftest import write_image, sized
 from reference import reference_pixels, reference_rgb
 from torch.utils.data import IterableDataset
 from wild import BAD, png_bytes, write_bad, write_good
@@ -54,7 +54,7 @@ def _reference(src: Path, store: str) -> dict:
 @pytest.mark.parametrize("fmt,store", CASES)
 def test_wild_images_round_trip_pixel_exact(wild_src, tmp_path, fmt, store):
     dst = tmp_path / "ds"
-    m = pack(wild_src, dst, fmt, store=store, size=SIZE, workers=1)
+    m = pack(wild_src, dst, fmt, store=store, **sized(store, SIZE), workers=1)
     want = _reference(wild_src, store)
     assert m["count"] == len(want) and m["skipped"] == []
     assert m["classes"] == ["jpeg v1.0", "odd names", "png.set"]
@@ -97,7 +97,7 @@ def _one_bad(root: Path, case: str) -> Path:
 def test_bad_input_is_refused_naming_the_file(tmp_path, case, fmt, store):
     bad = _one_bad(tmp_path / "src", case)
     with pytest.raises(PixfeedError) as err:
-        pack(tmp_path / "src", tmp_path / "ds", fmt, store=store, size=SIZE, workers=1)
+        pack(tmp_path / "src", tmp_path / "ds", fmt, store=store, **sized(store, SIZE), workers=1)
     msg = str(err.value)
     named = [p for p in (bad, bad.with_name("loop-b.jpg")) if str(p) in msg]
     assert named and BAD[case][1].lower() in msg.lower(), msg
@@ -111,7 +111,7 @@ def test_bad_input_is_skipped_on_request(tmp_path, fmt, store):
     write_image(src / "ok" / "b.png", fmt="PNG", seed=1)
     for case in BAD:
         write_bad(src, case)
-    m = pack(src, dst, fmt, store=store, size=SIZE, workers=1, on_error="skip")
+    m = pack(src, dst, fmt, store=store, **sized(store, SIZE), workers=1, on_error="skip")
     reasons = {s["path"]: s["reason"] for s in m["skipped"]}
     assert m["count"] == 2 and len(reasons) == len(BAD) + 1  # the loop is two links
     for case, (_, fragment) in BAD.items():

@@ -18,7 +18,8 @@ def pack_measured(src: Path, dst: Path, fmt: str, store: str, size: Size, worker
 
     before = limit()
     usage = ProcUsage().start()
-    m = pack(src, dst, fmt, store=store, size=size, workers=workers, overwrite=True, **options)
+    sized = {"size": size} if store == "pixels" else {}
+    m = pack(src, dst, fmt, store=store, workers=workers, overwrite=True, **sized, **options)
     cpu_s = usage.stop()["cpu_s"]
     stats, seconds = m["stats"], max(m["stats"]["seconds"], 1e-9)
     on_disk = sum(f["bytes"] for f in m["files"].values())

@@ -96,10 +96,10 @@ class Bench:
         if not max_side:
             return self.blobs
         if max_side not in self.shrunk:
-            from ..packers.options import PackOptions
+            from ..packers.options import QUALITY, PackOptions
             from ..packers.records import load_record
 
-            opts = PackOptions(store="encoded", max_side=max_side)
+            opts = PackOptions(store="encoded", max_side=max_side, quality=QUALITY)
             self.shrunk[max_side] = [bytes(load_record(self.source, i, opts, []).data)
                                      for i in range(len(self.source))]
         return self.shrunk[max_side]

@@ -35,9 +35,6 @@ class H5Writer(StagedWriter):
         compression = self.opts.compression
         if compression is not None and compression not in layout.COMPRESSIONS:
             raise OptionError(f"--compression {compression!r}: expected {' or '.join(layout.COMPRESSIONS)}")
-        if compression is not None and self.opts.store != "pixels":
-            raise OptionError(f"--compression {compression} applies to --store pixels only; "
-                              "JPEG and PNG bytes are already compressed")
         super().begin(tasks)
 
     def open_output(self) -> h5py.File:

@@ -1,10 +1,11 @@
 """Pack options: those every format takes, and those only some formats take.
 
 ``PackOptions`` holds what ``pack`` was given; format-specific options
-(declared per format in ``pixfeed.registry``) stay None unless given.
-``resolve`` refuses an option given for a format that does not take it,
-naming the option and the formats that do, and fills in the format's
-defaults; ``recorded`` is what the manifest keeps: the options that applied.
+(declared per format in ``pixfeed.registry``) and store-specific ones
+(``STORE_ONLY``) stay None unless given.  One rule: ``resolve`` refuses an
+option that does not apply to this pack's format or store, naming the option
+and what it applies to, then fills in the defaults; ``recorded`` is what the
+manifest keeps: the options that took effect.
 """
 from __future__ import annotations
 
@@ -20,15 +21,19 @@ from ..registry import Format, format_options
 ON_ERROR = ("fail", "skip")
 _NOT_RECORDED = ("overwrite", "workers")  # how, not what, was packed
 _INDEX_ONLY = ("image_column", "field", "class_column", "per_box")
+# option: (the store it applies to, its default there)
+STORE_ONLY = {"size": ("pixels", 256), "resize": ("pixels", "crop"), "max_side": ("encoded", None),
+              "full_check": ("encoded", False), "compression": ("pixels", None)}
+QUALITY = 90  # JPEG quality of images re-encoded for --max-side
 
 
 @dataclass
 class PackOptions:
     store: Optional[str] = None          # "pixels" | "encoded"; None = the format's default
-    size: object = 256                   # pixels mode: S or "HxW"
-    resize: str = "crop"                 # crop | pad | stretch
+    size: object = None                  # pixels mode: S or "HxW" (default 256)
+    resize: Optional[str] = None         # pixels mode: crop (default) | pad | stretch
     max_side: Optional[int] = None       # encoded mode: re-encode larger images to JPEG
-    quality: int = 90
+    quality: Optional[int] = None        # with max_side (default QUALITY)
     ext: Optional[str] = None
     workers: Optional[int] = None
     on_error: str = "fail"
@@ -69,8 +74,26 @@ class PackOptions:
         out = dataclasses.replace(self, store=self.store or fmt.default_store, field=_items(self.field, None),
                                   per_box=_items(self.per_box, ","), **defaults)
         out._check()
+        out._check_store(fmt, chosen=self.store is not None)
+        for option, (store, default) in STORE_ONLY.items():
+            if out.store == store and getattr(out, option) in (None, False):
+                setattr(out, option, default)
+        if out.max_side is not None and out.quality is None:
+            out.quality = QUALITY
         out.size = parse_size(out.size) if out.store == "pixels" else None
         return out
+
+    def _check_store(self, fmt: Format, chosen: bool) -> None:
+        """Refuse an option of the other store mode, and --quality without --max-side."""
+        for option, (store, _) in STORE_ONLY.items():
+            if getattr(self, option) not in (None, False) and self.store != store:
+                flag = "--" + option.replace("_", "-")
+                why = "asked for" if chosen else f"the default of --format {fmt.name}"
+                raise OptionError(f"{flag} ({option}=) applies to --store {store} only, and this pack stores "
+                                  f"{self.store} ({why}): leave it out or pack with --store {store}")
+        if self.quality is not None and self.max_side is None:
+            raise OptionError("--quality (quality=) is the JPEG quality of images re-encoded for --max-side; "
+                              "give --max-side N with it, or leave it out")
 
     def _check(self) -> None:
         if self.store not in STORES:
@@ -81,7 +104,7 @@ class PackOptions:
             raise OptionError(f"--workers {self.workers}: must be at least 1")
         if self.max_side is not None and self.max_side < 1:
             raise OptionError(f"--max-side {self.max_side}: must be a positive number of pixels")
-        if not 1 <= self.quality <= 100:
+        if self.quality is not None and not 1 <= self.quality <= 100:
             raise OptionError(f"--quality {self.quality}: must be between 1 and 100")
         for option in _INDEX_ONLY:
             if self.index is None and getattr(self, option):
@@ -91,8 +114,12 @@ class PackOptions:
     def recorded(self, fmt: Format) -> dict:
         """The options the manifest records: the common ones and ``fmt``'s own."""
         foreign = set(format_options()) - set(fmt.options)
+        foreign |= {k for k, (store, _) in STORE_ONLY.items() if store != self.store}
+        if self.max_side is None:
+            foreign.add("quality")
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in foreign and k not in _NOT_RECORDED}
-        out["size"] = list(self.size) if self.size else None
+        if "size" in out:
+            out["size"] = list(self.size)
         if self.index is None:  # a folder source: the index options did not apply
             for option in ("index", *_INDEX_ONLY):
                 del out[option]
