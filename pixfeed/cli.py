@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import shutil
 import signal
 import sys
 import tempfile
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 from ._progress import shown
-from .errors import PixfeedError
+from .errors import OptionError, PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
@@ -86,8 +87,7 @@ def cmd_pack(args) -> int:
         for note in m["notes"]:
             print(f"note: {note}", file=sys.stderr)
         for s in m["skipped"]:
-            reason = s["reason"] if s["path"] in s["reason"] else f"{s['path']}: {s['reason']}"
-            print(f"skipped: {reason}", file=sys.stderr)
+            print(f"skipped: {_skip_line(s)}", file=sys.stderr)
         secs = time.perf_counter() - start
         stats = m["stats"]
         print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "
@@ -114,7 +114,7 @@ def cmd_info(args) -> int:
             ("checksum", m["checksum"]),
             ("fields", ", ".join(f"{f['name']} ({_field_spec(f)})" for f in m.get("schema") or ()) or "none"),
             ("source", _origin(m.get("source"))),
-            ("skipped", len(m["skipped"])),
+            ("skipped", _skipped(m["skipped"])),
             ("created", f"{m['created']} by pixfeed {m['pixfeed_version']}")]
     if m.get("shards"):
         rows.insert(5, ("shards", len(m["shards"])))
@@ -122,6 +122,24 @@ def cmd_info(args) -> int:
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
     return 0
+
+
+SKIPPED_SHOWN = 5
+
+
+def _skip_line(skip: dict) -> str:
+    """A skipped file and why, its path named once."""
+    return skip["reason"] if skip["path"] in skip["reason"] else f"{skip['path']}: {skip['reason']}"
+
+
+def _skipped(skipped: list) -> str:
+    """'0', or the count and the first files with their reasons ('pixfeed info --json' lists them all)."""
+    if not skipped:
+        return "0"
+    lines = [_skip_line(s) for s in skipped[:SKIPPED_SHOWN]]
+    more = len(skipped) - SKIPPED_SHOWN
+    tail = [f"and {more} more (pixfeed info --json lists them all)"] if more > 0 else []
+    return f"{len(skipped)}:\n" + "\n".join(f"  {line}" for line in lines + tail)
 
 
 def _field_spec(item: dict) -> str:
@@ -149,41 +167,65 @@ def cmd_sample(args) -> int:
     if args.index:
         from .sample_index import COMMAND, make_index_sample
 
-        index = make_index_sample(args.dir, args.count, args.seed)
+        index = make_index_sample(_out_folder(args.dir, "DIR"), args.count, args.seed)
         if not args.quiet:
             print(f"wrote {plural(args.count, 'image')} with masks and {index} (caption, tags, boxes, "
                   f"box_classes, mask); pack it with:\n  {COMMAND.format(dir=args.dir)}")
         return 0
-    make_sample(args.dir, args.count, args.seed)
+    make_sample(_out_folder(args.dir, "DIR"), args.count, args.seed)
     if not args.quiet:
         print(f"wrote {plural(args.count, 'image')} to {args.dir}")
     return 0
 
 
 def cmd_demo(args) -> int:
-    """Make a sample, pack it to mmap, read it back through a DataLoader, print a summary."""
+    """Make a sample, pack it to mmap, read it back through a DataLoader, print a summary; the work
+    folder is removed at the end unless ``--out`` names it."""
     import torch
 
     from .datasets import MmapImageDataset
     from .packers import pack
     from .sample import make_sample
 
-    work = Path(args.out or tempfile.mkdtemp(prefix="pixfeed-demo-"))
+    work = _out_folder(args.out, "--out") if args.out else Path(tempfile.mkdtemp(prefix="pixfeed-demo-"))
     src, dst = work / "sample", work / "packed-mmap"
-    make_sample(src, args.count)
-    print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
-    m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
-    print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {'x'.join(map(str, m['shape']))} uint8, {m['stats']['seconds']:.1f} s")
-    ds = MmapImageDataset(dst)
-    loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
-    start, n, checksum = time.perf_counter(), 0, 0
-    for images, labels in loader:
-        n += len(images)
-        checksum += int(images[:, :, 0, 0].sum())
-    secs = time.perf_counter() - start
-    print(f"3. read {plural(n, 'image')} back through a DataLoader: batches of {tuple(images.shape[1:])} {images.dtype}, "
-          f"{len(ds.classes)} classes, {n / secs:.0f} images/s")
+    try:
+        make_sample(src, args.count)
+        print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
+        m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
+        print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {'x'.join(map(str, m['shape']))} uint8, "
+              f"{m['stats']['seconds']:.1f} s")
+        ds = MmapImageDataset(dst)
+        loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
+        start, n = time.perf_counter(), 0
+        for images, labels in loader:
+            n += len(images)
+        secs = time.perf_counter() - start
+        print(f"3. read {plural(n, 'image')} back through a DataLoader: batches of {tuple(images.shape[1:])} "
+              f"{images.dtype}, {len(ds.classes)} classes, {n / secs:.0f} images/s")
+    finally:
+        if not args.out:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"4. kept {work} ({_du(work)})" if args.out else
+          f"4. removed {work} (pass --out DIR to keep the sample and the dataset)")
     return 0
+
+
+def _du(folder: Path) -> str:
+    return human_bytes(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()))
+
+
+def _out_folder(path: str, option: str) -> Path:
+    """An output folder the command may write into: created if missing; a file or an impossible place is
+    an OptionError naming it."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(f"{option} {folder}: is a file, not a folder; name a folder to write into")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OptionError(f"{option} {folder}: cannot create the folder ({e.strerror})") from None
+    return folder
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -212,8 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("demo", help="sample -> pack (mmap) -> DataLoader, with a summary")
-    p.add_argument("--out", help="working folder (default: a new temporary folder)")
-    p.add_argument("--count", type=int, default=200)
+    p.add_argument("--out", help="working folder, kept (default: a temporary folder, removed at the end)")
+    p.add_argument("--count", type=int, default=96)
     p.add_argument("--size", default="224")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_demo)
@@ -235,6 +277,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except PixfeedError as e:
         print(f"pixfeed: error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError) as e:
+        print(f"pixfeed: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pixfeed: interrupted; nothing was written", file=sys.stderr)

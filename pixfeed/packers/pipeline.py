@@ -127,7 +127,8 @@ def _local_dst(dst: Path, overwrite: bool) -> Path:
 def _local_tmp(dst: Path, source) -> Path:
     """The hidden temporary sibling of a local ``dst``, after checking where ``dst`` is."""
     if not dst.parent.is_dir():
-        raise OptionError(f"destination {dst}: parent folder {dst.parent} does not exist")
+        what = "is a file, not a folder" if dst.parent.exists() else "does not exist"
+        raise OptionError(f"destination {dst}: parent folder {dst.parent} {what}")
     if source.remote is None and dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
         raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
                           "find it (as a class folder); choose a DST outside the source")
