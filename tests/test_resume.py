@@ -155,8 +155,12 @@ def test_wds_refuses_another_worker_count(packs):
     loader = make_loader(dataset, 3, seed=SEED, num_workers=2)
     batches(loader, 2)
     state = loader.state_dict()
-    with pytest.raises(OptionError, match="workers=2"):
+    with pytest.raises(OptionError, match="make the loader with num_workers=2 "):
         make_loader(dataset, 3, seed=SEED, num_workers=1).load_state_dict(state)
+    with pytest.raises(OptionError, match=r"saved by a run of 2 ranks \(the process group's size\), this one has 1; "
+                                          r"a WebDataset resumes only on as many ranks as saved it: launch as many "
+                                          r"processes \(torchrun --nproc-per-node\)"):
+        make_loader(dataset, 3, seed=SEED, num_workers=2).load_state_dict({**state, "world_size": 2})
 
 
 def test_a_state_of_another_dataset_seed_or_layout_is_refused(packs, tmp_path):

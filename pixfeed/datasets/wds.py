@@ -101,6 +101,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         self._own_world = rank is None and world_size is None  # follow the process group's
         self.rank, self.world_size = _world(rank, world_size)
         self.shards = _shard_table(self.manifest, self.path)
+        self.warn_shared_shards = True  # make_loader says so itself, where its caller sees it
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
         self._resume = None
 
@@ -189,7 +190,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         """(pieces this worker reads, keep every stride-th sample of them)."""
         if len(pieces) >= workers:
             return pieces[worker::workers], 1
-        if worker == 0 and self.path not in _WARNED:
+        if worker == 0 and self.warn_shared_shards and self.path not in _WARNED:
             _WARNED.add(self.path)
             warnings.warn(f"{self.path}: rank {self.rank} reads {len(pieces)} shard(s) with {workers} DataLoader "
                           f"workers; every worker reads them all and keeps 1 sample in {workers} (pack with a "

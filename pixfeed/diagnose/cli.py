@@ -46,19 +46,32 @@ def add_profile(sub: Any) -> None:
     p.set_defaults(func=cmd_profile)
 
 
-def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int) -> Tuple[int, Optional[int], Any]:
-    """(batch bytes, workers make_loader would use when that is known here, the dataset's store) for doctor."""
+def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int,
+                  storage_options: Optional[dict] = None) -> Tuple[int, Optional[int], Any]:
+    """(batch bytes, workers make_loader would use when that is known here, the dataset's store) for doctor:
+    a dataset's own image size and store (a URL's from its manifest: nothing is copied to find out)."""
     from pixfeed.datasets import open_dataset
     from pixfeed.decode import parse_size
+    from pixfeed.errors import PixfeedError
+    from pixfeed.manifest import read_manifest
 
-    dataset = None
-    if path is not None and not is_url(path) and (Path(path) / "pixfeed.json").is_file():
+    shape, in_process, store = None, False, None
+    if path is not None and is_url(path):
+        try:
+            manifest = read_manifest(path, storage_options)
+        except PixfeedError:
+            manifest = None
+        if manifest is not None:
+            store = manifest["store"]
+            in_process = store == "pixels"  # stored pixels: make_loader reads them in process, no workers
+            if in_process and manifest.get("shape"):
+                shape = (3, *(parse_size(size) if size else manifest["shape"][:2]))
+    elif path is not None and (Path(path) / "pixfeed.json").is_file():
         dataset = open_dataset(path, size=size)
-    shape = dataset.fixed_shape if dataset is not None else None
+        shape, in_process, store = dataset.fixed_shape, not dataset.cpu_bound, dataset.store
     if shape is None:
         shape = (3, *parse_size(size or DEFAULT_SIZE))
-    in_process = dataset is not None and not dataset.cpu_bound  # stored pixels: make_loader uses no workers
-    return math.prod(shape) * batch_size, 0 if in_process else None, dataset and dataset.store
+    return math.prod(shape) * batch_size, 0 if in_process else None, store
 
 
 def _at_least(args: argparse.Namespace, minimum: int, *names: str) -> None:
@@ -75,7 +88,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _at_least(args, 0, "workers")
     if args.path is not None and not is_url(args.path) and not Path(args.path).exists():
         raise OptionError(f"{args.path}: no such dataset or folder")
-    batch_bytes, workers, store = _loader_guess(args.path, args.size, args.batch_size)
+    batch_bytes, workers, store = _loader_guess(args.path, args.size, args.batch_size,
+                                                options_from_args(args.storage_option))
     findings = diagnose(args.path, batch_bytes=batch_bytes, workers=workers if args.workers is None else args.workers,
                         read_limit=args.read_mb * 2**20, store=store,
                         storage_options=options_from_args(args.storage_option), cache_limit=args.cache_limit,

@@ -198,7 +198,16 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     cpus = available_cpus()
     path = take("path", rules.choose_path(dataset))
     batches = rules.batches_per_rank(dataset, batch_size, world, drop_last)
-    workers = take("num_workers", rules.choose_workers(num_workers, dataset, path, cpus, batches))
+    shards = rules.shards_per_rank(dataset, world)
+    workers = take("num_workers", rules.choose_workers(num_workers, dataset, path, cpus, batches, shards))
+    if shards is not None and workers > shards:
+        dataset.warn_shared_shards = False  # said here (or chosen by the plan), not again in a worker
+    if shards is not None and workers > shards and num_workers != "auto":
+        name = getattr(dataset, "path", type(dataset).__name__)
+        warnings.warn(f"pixfeed: {name}: each rank reads {shards} shard(s) with {workers} DataLoader workers, "
+                      f"so every worker reads them all and keeps 1 sample in {workers}; pack with a smaller "
+                      f"--shard-size to give each worker whole shards, or make the loader with num_workers={shards}",
+                      stacklevel=3)
     sample = sample_bytes(dataset, workers)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))
@@ -209,7 +218,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     return LoaderPlan(
         path=path,
         num_workers=workers,
-        read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead)),
+        read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead, torch.cuda.is_available())),
         pin_memory=take("pin_memory", rules.choose_pin_memory(pin_memory)),
         persistent_workers=take("persistent_workers", rules.choose_persistent(persistent_workers, workers, dataset)),
         prefetch_factor=prefetch,

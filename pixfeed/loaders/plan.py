@@ -107,7 +107,8 @@ def default_workers(cpus: int) -> int:
     return 0 if cpus < 2 else 2 if cpus == 2 else cpus - 1
 
 
-def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int]) -> Choice:
+def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int],
+                   shards: Optional[int] = None) -> Choice:
     if requested != "auto":
         return require_int("num_workers", requested, 0, auto=True), CALLER
     if path in ("batch", "iterable") and reads_in_process(dataset):
@@ -117,6 +118,10 @@ def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches:
     wanted = default_workers(cpus)
     if batches is not None and batches < wanted:
         return batches, f"{cpus} usable CPUs but only {batches} batch{'es' * (batches != 1)} per epoch"
+    if shards is not None and shards < wanted:
+        return wanted, (f"{cpus} usable CPUs; this rank's {shards} shard{'s' * (shards != 1)} are read by every "
+                        f"worker, each decoding 1 sample in {wanted} (reading a shard twice costs less than "
+                        "decoding on one CPU)")
     if cpus == 2:
         return 2, "2 usable CPUs: one core left idle would cost half the decode rate"
     return wanted, f"{cpus} usable CPUs, one kept for the training process"
@@ -129,10 +134,13 @@ def choose_stall_timeout(requested: Any) -> Choice:
     return float(requested), reason
 
 
-def choose_read_ahead(requested: Auto) -> Choice:
+def choose_read_ahead(requested: Auto, cuda: bool) -> Choice:
     if requested != "auto":
         return check_bool("read_ahead", requested), CALLER
-    return False, "off: CUDA steps are asynchronous, so in-process reads already overlap the GPU"
+    if cuda:
+        return False, "off: CUDA steps are asynchronous, so in-process reads already overlap the GPU"
+    return False, ("off: no CUDA device, so the training step runs on these CPUs; a reader thread would take "
+                   "them from it (read_ahead=True overlaps reads with a step that waits)")
 
 
 def choose_pin_memory(requested: Auto) -> Choice:
@@ -163,6 +171,14 @@ def choose_prefetch(requested: Auto, workers: int, batch_bytes: Optional[int]) -
         return 2, "batch size in bytes unknown: torch's default"
     ready = PREFETCH_BUDGET // (batch_bytes * workers)
     return max(1, min(MAX_PREFETCH, ready)), f"{PREFETCH_BUDGET >> 20} MiB budget, {batch_bytes >> 10} KiB batches"
+
+
+def shards_per_rank(dataset: Any, world: World) -> Optional[int]:
+    """The whole shards each rank of a sharded iterable dataset (WebDataset) reads; None for other datasets."""
+    shards = getattr(dataset, "shards", None)
+    if not isinstance(dataset, IterableDataset) or not isinstance(shards, list):
+        return None
+    return max(1, len(shards) // world.size)
 
 
 def batches_per_rank(dataset: Any, batch_size: int, world: World, drop_last: bool) -> Optional[int]:

@@ -184,12 +184,18 @@ def _check(loader: Any, dataset: Any, state: Any, iterable: bool) -> None:
         raise OptionError(f"load_state_dict: the state was saved with order={kind(state.get('order'))!r}, this "
                           f"loader has order={kind(mine['order'])!r}; make the loader with "
                           f"order={kind(state.get('order'))!r}")
-    for name in ("seed", "shuffle", "drop_last") + (("world_size", "workers") if iterable else ()):
+    for name in ("seed", "shuffle", "drop_last") + (("workers",) if iterable else ()):
+        option = "num_workers" if name == "workers" else name
         if state.get(name) != mine[name]:
-            raise OptionError(f"load_state_dict: the state was saved with {name}={state.get(name)!r}, this "
-                              f"loader has {name}={mine[name]!r}; make the loader with {name}={state.get(name)!r}"
-                              + (" (a WebDataset resumes only with the same world size and num_workers)"
+            raise OptionError(f"load_state_dict: the state was saved with {option}={state.get(name)!r}, this "
+                              f"loader has {option}={mine[name]!r}; make the loader with {option}={state.get(name)!r}"
+                              + (" (a WebDataset resumes only with the same number of ranks and num_workers)"
                                  if iterable else ""))
+    if iterable and state.get("world_size") != mine["world_size"]:
+        raise OptionError(f"load_state_dict: the state was saved by a run of {state.get('world_size')!r} ranks "
+                          f"(the process group's size), this one has {mine['world_size']}; a WebDataset resumes "
+                          "only on as many ranks as saved it: launch as many processes (torchrun --nproc-per-node), "
+                          "or pack it as a map-style format (mmap, LMDB, HDF5) for elastic resume")
     for name in ("epoch", "start", "consumed") if not iterable else ("epoch", "next_worker"):
         if not isinstance(state.get(name), int) or isinstance(state.get(name), bool) or state[name] < 0:
             raise OptionError(f"load_state_dict: {name}={state.get(name)!r} must be a non-negative integer")

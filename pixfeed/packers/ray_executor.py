@@ -99,7 +99,13 @@ class RayExecutor(Executor):
         address = self.address or os.environ.get("RAY_ADDRESS")
         quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
         if address:
-            ray.init(address=address, **quiet)
+            try:
+                ray.init(address=address, **quiet)
+            except ConnectionError as e:  # "auto" with no cluster running, a dead head node
+                given = f"--address {address}" if self.address else f"RAY_ADDRESS={address}"
+                reason = str(e).split(". ")[0]
+                raise OptionError(f"{given}: no Ray cluster answers there ({reason}); start one with "
+                                  "`ray start --head` or give the head node's HOST:PORT") from None
         else:
             ray.init(address="local", num_cpus=available_cpus(), include_dashboard=False, **quiet)
         self._started = True
