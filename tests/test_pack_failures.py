@@ -128,6 +128,83 @@ def test_sigkill_midway_keeps_dst_and_next_pack_removes_the_debris(existing):
     assert _leftovers(dst.parent) == [] and json.loads((dst / "pixfeed.json").read_text())["shape"] == [24, 24, 3]
 
 
+def _children(pid: int) -> list:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_of_the_pack_leaves_no_worker_alive(existing):
+    """A pool worker blocked in a read of the FIFO would wait forever for a dead parent; it dies with it."""
+    src, dst, _ = existing
+    proc, fd = _start_blocked_pack(src, dst, workers=2)
+    try:
+        workers = _children(proc.pid)
+        assert workers, "the pack has no pool workers"
+        proc.kill()
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 5
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_alive, workers)), [w for w in workers if _alive(w)]
+        err = proc.stderr.read()
+        assert "BrokenPipeError" not in err and "Traceback" not in err, err
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def signal_source(tmp_path_factory) -> Path:
+    """Enough images that a pack lasts a while after it starts writing."""
+    root = tmp_path_factory.mktemp("signals") / "src"
+    for i in range(400):
+        write_image(root / ("ab"[i % 2]) / f"{i:03d}.jpg", size=(200, 150), seed=i)
+    return root
+
+
+def test_sigint_at_random_moments_of_packs_always_ends_them_with_nothing_left(signal_source, tmp_path):
+    """20 packs (every format, pixels and encoded), each sent SIGINT (to its process group) a random
+    moment after it started writing: every one that was still packing exits 130, prints the
+    interrupt, and leaves no dataset and no temporary folder.  A signal that came after the pack
+    published its dataset (it exits 0, or dies of the SIGINT while Python shuts down) must find
+    that dataset whole; most must land while packing."""
+    import random
+
+    rng, landed = random.Random(7), 0
+    for n in range(20):
+        fmt, store = CASES[n % len(CASES)]
+        dst = tmp_path / f"ds{n}"
+        cmd = [sys.executable, "-m", "pixfeed.cli", "pack", str(signal_source), str(dst), "--format", fmt,
+               "--store", store, "--workers", "2", "-q", *(["--size", "64"] if store == "pixels" else [])]
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not _leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.1))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode in (0, -signal.SIGINT) and (dst / "pixfeed.json").exists():  # it had finished
+            assert verify(dst).ok, (fmt, store)
+            continue
+        landed += 1
+        assert proc.returncode == 130 and "pixfeed: interrupted; nothing was written" in err, (fmt, store, err)
+        assert not dst.exists() and _leftovers(tmp_path) == [], (fmt, store, sorted(tmp_path.iterdir()))
+    assert landed >= 15, f"only {landed} of 20 signals came while packing"
+
+
 # ---- a full disk ----------------------------------------------------------------------------
 
 def test_enospc_in_a_writer_is_reported_naming_dst(existing, monkeypatch):

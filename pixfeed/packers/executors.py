@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import signal
 from typing import Callable, Iterator, List, Optional
 
@@ -27,6 +28,7 @@ import numpy as np
 from ..checksum import record_hash
 from ..cpus import available_cpus
 from ..errors import OptionError, SourceError
+from . import interrupt
 from .fieldparts import FieldParts
 from .records import Record, load_record
 from .writer import TaskResult, Writer
@@ -75,6 +77,7 @@ def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", pro
     bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
     with bar, contextlib.closing(executor.run(writer, tasks)) as outputs:
         for r in outputs:
+            interrupt.check()
             results.append(r)
             writer.task_done(r)
             done(r)
@@ -99,12 +102,14 @@ class Executor:
         raise NotImplementedError
 
 
-def _init_worker(writer: Writer) -> None:
-    """Pool workers leave Ctrl-C to the main process (which terminates them) and die
-    on SIGTERM, whatever handlers the parent had installed before forking."""
+def _init_worker(writer: Writer, parent: int) -> None:
+    """Pool workers leave Ctrl-C to the main process (which terminates them), die on SIGTERM
+    whatever handlers the parent had installed before forking, and die with the parent."""
     global _WRITER
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupt.SIGNALS)
+    interrupt.die_with_parent(parent)
     _WRITER = writer
 
 
@@ -125,7 +130,8 @@ class LocalExecutor(Executor):
             yield from (run_task(writer, *job) for job in jobs)
             return
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(writer,))
+        with interrupt.deferred():  # a worker starts with the signals blocked until its handlers are set
+            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(writer, os.getpid()))
         try:
             yield from pool.imap_unordered(_pool_task, jobs)
             pool.close()

@@ -32,6 +32,7 @@ from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..sources import scan_source
 from ..storage import is_url, local_path
+from . import interrupt
 from .executors import make_executor, run_tasks
 from .fieldparts import FieldParts
 from .fromdataset import is_dataset, scan_dataset
@@ -79,6 +80,13 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
         dst = _local_dst(local_path(dst), opts.overwrite)
     source = scan_dataset(src, dst) if is_dataset(src) else scan_source(src, opts, storage_options)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
+    with interrupt.signals():
+        return _pack(fmt, cls, opts, executor, upload, dst, source, tmp, progress)
+
+
+def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, source, tmp: Path,
+          progress: bool) -> dict:
+    """The pack once its source is scanned and its temporary output placed; nothing left at DST on error."""
     start = time.perf_counter()
     writer: Optional[Writer] = None
     try:
@@ -100,7 +108,9 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
         manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
                              "source_bytes": int(source.sizes.sum()),
                              "stored_bytes": sum(r.stored_bytes for r in results)}
+        interrupt.check()
         write_manifest(tmp, manifest)
+        interrupt.check()
         if upload is None:
             _replace(tmp, dst)
         else:
