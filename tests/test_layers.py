@@ -34,7 +34,7 @@ LAYERS = {
     "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
     "storage_options.py": CORE, "cache.py": CORE, "seeds.py": CORE, "memory.py": CORE, "_memlimit.py": CORE,
     "fields/": CORE, "sources/": CORE, "sample_index.py": CORE,
-    "chunkcache.py": CORE, "chunkio.py": CORE, "bucketspeed.py": CORE, "chunkfile.py": CORE, "chunked.py": CORE,
+    "chunkcache.py": CORE, "chunkio.py": CORE, "bucketspeed.py": CORE, "keyindex.py": CORE, "chunkfile.py": CORE, "chunked.py": CORE,
     # formats: writers, readers, and checking a packed dataset
     "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
     "loaders/": LOADERS,

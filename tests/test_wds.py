@@ -344,7 +344,8 @@ def test_shards_written_in_pieces_equal_one_tarfile(image_tree, tmp_path, store)
     """One shard for 2 workers is packed as pieces and joined: the same bytes as one TarFile writing it."""
     m = pack(image_tree, tmp_path / "d", "wds", workers=2, store=store, **sized(store, 8))
     assert [s["name"] for s in m["shards"]] == ["shard-000000.tar"]
-    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["keys.json", "pixfeed.json", "shard-000000.tar"]
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["keys.json", "keys.offsets.npy", "keys.utf8",
+                                                               "pixfeed.json", "shard-000000.tar"]
     shard = tmp_path / "d" / "shard-000000.tar"
     buf = io.BytesIO()
     with tarfile.open(shard) as src, tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as dst:

@@ -46,7 +46,8 @@ import torch
 from ..checksum import record_hash
 from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
 from ..geometry import center_slices, check_crop_ratio
-from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, OptionError
+from .. import keyindex
+from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, Location, OptionError
 from ..chunkcache import TIMEOUT
 from ..chunked import open_remote
 from ..chunkfile import ChunkFile
@@ -135,6 +136,11 @@ class ImageRecords(FieldValues):
                                        f"truncated or damaged (run 'pixfeed verify {self.path}')")
 
     def key(self, i: int) -> str:
+        """Record ``i``'s key: from the key index (nothing per record kept in memory), or, for packs
+        without one and for URLs, from ``keys.json``, parsed once per process."""
+        entry = self.manifest.get("key_index")
+        if entry and self.remote is None:
+            return keyindex.lookup(self.path, entry, i)
         if self._keys is None:
             name = self.manifest["keys_file"]
             text = self.remote.read(name) if self.remote is not None else (self.path / name).read_bytes()
@@ -192,7 +198,7 @@ class ImageRecords(FieldValues):
         if self.store == "encoded":
             rng = torch_rng() if self.crop == "random" else None
             return decode(bytes(stored), size=self.size, crop=self.crop, crop_ratio=self.crop_ratio, rng=rng,
-                          where=self.where(i), exact=self.exact)
+                          where=Location(self.where, i), exact=self.exact)
         if self.crop == "random":
             from PIL import Image
             return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, torch_rng()))

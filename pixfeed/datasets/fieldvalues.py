@@ -16,7 +16,7 @@ import torch
 
 from .. import geometry
 from ..decode import apply_plan, decode, oriented_size
-from ..errors import CorruptDataError
+from ..errors import CorruptDataError, Location
 from ..fields import codec, picture
 from ..fields.array import transform
 from ..geometry import Plan
@@ -45,7 +45,7 @@ class FieldValues:
             return None
         rng = torch_rng() if self.crop == "random" else None
         if self.store == "encoded":
-            w, h = oriented_size(bytes(stored), self.where(i))
+            w, h = oriented_size(bytes(stored), Location(self.where, i))
             return geometry.plan(w, h, self.size, "crop", self.crop, rng, self.crop_ratio)
         h, w = self.stored_shape[:2]
         if self.crop == "random":
@@ -60,7 +60,7 @@ class FieldValues:
         if plan is None:
             return self.pixels(stored, i)
         if self.store == "encoded":
-            return decode(bytes(stored), size=self.size, plan=plan, where=self.where(i), exact=self.exact)
+            return decode(bytes(stored), size=self.size, plan=plan, where=Location(self.where, i), exact=self.exact)
         from PIL import Image
         return np.asarray(apply_plan(Image.fromarray(np.asarray(stored)), plan, self.size))
 

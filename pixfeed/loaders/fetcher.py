@@ -31,6 +31,7 @@ from typing import Any, Iterator, List
 import numpy as np
 
 from pixfeed.chunkcache import ChunkCache
+from pixfeed.loaders.order import as_ints
 from pixfeed.pagecache import Extents
 
 PARALLEL = 8      # chunk GETs in flight
@@ -80,11 +81,12 @@ class Fetcher:
         order = np.asarray(s.epoch_order(), dtype=np.int64)
         return order[np.arange(s.offset, s.end) % len(order)] if len(order) else order
 
-    def follow(self, indices: List[int]) -> Iterator[int]:
-        walk = _Walk(self, Uses(self.cache, self.extents, self.stream()), np.asarray(indices, dtype=np.int64))
+    def follow(self, indices: np.ndarray) -> Iterator[int]:
+        own = np.asarray(indices, dtype=np.int64)
+        walk = _Walk(self, Uses(self.cache, self.extents, self.stream()), own)
         walk.start()
         try:
-            for pos, index in enumerate(indices):
+            for pos, index in enumerate(as_ints(own)):
                 walk.reached(pos)
                 yield index
         finally:

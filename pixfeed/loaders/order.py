@@ -13,25 +13,39 @@ the sizes come from the read-ahead budget (``plan.choose_order``).
 Like the full shuffle, the order is drawn from a ``torch.Generator`` seeded
 with ``seed + epoch``, the same on every rank; ``ResumableSampler`` deals it
 out to ranks and resumes part-way through it.
+
+Orders are NumPy arrays (8 bytes a record, no Python object per record: a
+list of 10M ints took ~360 MB in every process that built one); ``as_ints``
+hands them out as Python ints a block at a time.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Iterator
 
+import numpy as np
 import torch
 
 ORDERS = ("random", "quasi_random")
 CHUNKS_PER_WINDOW = 32
 
 
-def quasi_random(n: int, chunk: int, window: int, generator: torch.Generator) -> List[int]:
+BLOCK = 1 << 16  # indices turned into Python ints at a time
+
+
+def as_ints(order: np.ndarray) -> Iterator[int]:
+    """The indices of ``order`` as Python ints (as torch's samplers yield them), a block at a time."""
+    for start in range(0, len(order), BLOCK):
+        yield from order[start:start + BLOCK].tolist()
+
+
+def quasi_random(n: int, chunk: int, window: int, generator: torch.Generator) -> np.ndarray:
     """A permutation of ``range(n)``: shuffled chunks of consecutive records, shuffled within windows."""
     chunks = torch.randperm(-(-n // chunk), generator=generator)
     order = (chunks[:, None] * chunk + torch.arange(chunk)[None, :]).flatten()
     order = order[order < n]
     keys = (torch.arange(len(order)) // window).double() + torch.rand(len(order), generator=generator,
                                                                       dtype=torch.float64)
-    return order[torch.argsort(keys, stable=True)].tolist()
+    return order[torch.argsort(keys, stable=True)].numpy()
 
 
 def quasi_sizes(budget: int, record_bytes: float) -> tuple:

@@ -9,8 +9,9 @@ waiting for (``batch_records``).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, List
+from typing import Any, Iterator, Optional
 
+import numpy as np
 from torch.utils.data import DistributedSampler
 
 from pixfeed.errors import LoaderStalledError
@@ -23,7 +24,7 @@ POLL = 1.0  # seconds between checks while the loader waits on a reader
 class RecordedSampler(ResumableSampler):
     """pixfeed's sampler, keeping the epoch's order so that a stalled batch's records can be named."""
 
-    order: List[int] = []
+    order: Optional[np.ndarray] = None
 
     def __iter__(self) -> Iterator[int]:
         self.order = self.indices()
@@ -38,9 +39,9 @@ class SplitSampler(RecordedSampler, DistributedSampler):
 def batch_records(loader: Any, batch: int) -> str:
     """The records of the epoch's ``batch``-th batch, as the error messages name them."""
     order = getattr(loader.sampler, "order", None)
-    if not order:
+    if order is None or not len(order):
         return f"batch {batch} of the stream"
-    records = order[batch * loader.batch_size:(batch + 1) * loader.batch_size]
+    records = order[batch * loader.batch_size:(batch + 1) * loader.batch_size].tolist()
     dataset = getattr(loader.dataset, "dataset", loader.dataset)
     first = dataset.where(records[0]) if callable(getattr(dataset, "where", None)) else f"record {records[0]}"
     more = f" and {len(records) - 4} more" if len(records) > 4 else ""

@@ -40,6 +40,7 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 
+from pixfeed.loaders.order import as_ints
 from pixfeed.pagecache import Extents, dont_need, will_need
 
 REFILLS = 8  # the budget is topped up in steps of 1/REFILLS of it
@@ -52,12 +53,12 @@ class Hinter:
     def __init__(self, extents: Extents, budget: int, drop_behind: Optional[int] = None) -> None:
         self.extents, self.budget, self.drop_behind = extents, budget, drop_behind
 
-    def follow(self, indices: List[int]) -> Iterator[int]:
+    def follow(self, indices: np.ndarray) -> Iterator[int]:
         idx = np.asarray(indices, dtype=np.int64)
         requests = _Requests(self.extents, idx, self.budget, self.drop_behind)
         requests.start()
         try:
-            for pos, index in enumerate(indices):
+            for pos, index in enumerate(as_ints(idx)):
                 requests.reached(pos)
                 yield index
         finally:

@@ -27,11 +27,12 @@ while the indices are handed out (``follow``).
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
+import numpy as np
 import torch
 
-from pixfeed.loaders.order import quasi_random
+from pixfeed.loaders.order import as_ints, quasi_random
 from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders.split import EpochSampler
 
@@ -45,16 +46,16 @@ class ResumableSampler(EpochSampler):
         self.quasi: Optional[Tuple[int, int]] = None
         self.hints: Optional[Hinter] = None
 
-    def epoch_order(self) -> List[int]:
-        """The epoch's order of all ``n`` indices, the same on every rank."""
+    def epoch_order(self) -> np.ndarray:
+        """The epoch's order of all ``n`` indices, the same on every rank (int64, no Python object per index)."""
         n = len(self.dataset)
         if not self.shuffle:
-            return list(range(n))
+            return np.arange(n, dtype=np.int64)
         generator = torch.Generator()
         generator.manual_seed(self.seed + self.epoch)
         if self.quasi is not None:
             return quasi_random(n, *self.quasi, generator)
-        return torch.randperm(n, generator=generator).tolist()
+        return torch.randperm(n, generator=generator).numpy()
 
     @property
     def end(self) -> int:
@@ -67,15 +68,16 @@ class ResumableSampler(EpochSampler):
         self._resize()  # this epoch's world
         return (self.end - self.offset) // self.num_replicas
 
-    def indices(self) -> List[int]:
+    def indices(self) -> np.ndarray:
         """This rank's indices for the rest of the epoch."""
         self._resize()
         order = self.epoch_order()
-        return [order[p % len(order)] for p in range(self.offset + self.rank, self.end, self.num_replicas)]
+        positions = np.arange(self.offset + self.rank, self.end, self.num_replicas, dtype=np.int64)
+        return order[positions % len(order)] if len(order) else order
 
-    def follow(self, indices: List[int]) -> Iterator[int]:
-        """Hand out ``indices``, reading ahead of them when ``hints`` is set."""
-        return self.hints.follow(indices) if self.hints is not None else iter(indices)
+    def follow(self, indices: np.ndarray) -> Iterator[int]:
+        """Hand out ``indices`` as ints, reading ahead of them when ``hints`` is set."""
+        return self.hints.follow(indices) if self.hints is not None else as_ints(indices)
 
     def __iter__(self) -> Iterator[int]:
         return self.follow(self.indices())

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from .. import __version__, registry
+from .. import __version__, keyindex, registry
 from ..checksum import ALGORITHM, file_hash
 from ..chunked import manifest_entry
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
@@ -103,7 +103,9 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
             raise SourceError(f"source {source.root}: every image was skipped; first reason: {skipped[0]['reason']}")
         extra = writer.finish(kept, results)
         FieldParts(tmp).remove()
-        write_json_atomic(tmp / KEYS_NAME, [source.keys[i] for i in kept])
+        keys = [source.keys[i] for i in kept]
+        write_json_atomic(tmp / KEYS_NAME, keys)
+        extra = {**extra, **keyindex.write(tmp, keys)}
         manifest = _manifest(fmt, source, opts, kept, results, skipped, extra, tmp)
         manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
                              "source_bytes": int(source.sizes.sum()),

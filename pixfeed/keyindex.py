@@ -1,0 +1,48 @@
+"""The key index: one record's key looked up without loading every key.
+
+Two files beside ``keys.json`` (which stays, for stock tools: ``json.load``
+gives the list), named in the manifest's ``key_index`` entry::
+
+    keys.offsets.npy   uint64 [N + 1]: byte offsets into keys.utf8 (numpy.load(mmap_mode="r") reads it)
+    keys.utf8          the keys' UTF-8 bytes, concatenated in record order
+
+Key ``i`` is ``keys.utf8[offsets[i]:offsets[i + 1]]`` decoded as UTF-8.  A
+lookup maps the offsets and reads the key's bytes, so no process holds one
+Python object per record for its keys (``keys.json`` of 10M records was
+180 MB of JSON parsed into a list in every process that named a record).
+Datasets packed before the index have no ``key_index``: their keys come from
+``keys.json``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+OFFSETS, BLOB = "keys.offsets.npy", "keys.utf8"
+
+
+def write(folder: Path, keys: Sequence[str]) -> dict:
+    """Write the index of ``keys`` into ``folder``; return the manifest entry that names it."""
+    encoded = [k.encode("utf-8") for k in keys]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.uint64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    np.save(folder / OFFSETS, offsets)
+    with open(folder / BLOB, "wb") as f:
+        f.write(b"".join(encoded))
+    return {"key_index": {"offsets": OFFSETS, "blob": BLOB}}
+
+
+def lookup(folder: Path, entry: dict, i: int) -> str:
+    """Key ``i`` from the index named by the manifest's ``entry``; IndexError outside the records."""
+    offsets = np.load(Path(folder) / entry["offsets"], mmap_mode="r")
+    if not 0 <= i < len(offsets) - 1:
+        raise IndexError(f"record {i} of {len(offsets) - 1}")
+    start, end = int(offsets[i]), int(offsets[i + 1])
+    fd = os.open(Path(folder) / entry["blob"], os.O_RDONLY)
+    try:
+        return os.pread(fd, end - start, start).decode("utf-8")
+    finally:
+        os.close(fd)
