@@ -116,9 +116,9 @@ def test_round_trip_equals_mmap(image_tree, tmp_path, fmt, store):
 
 def test_default_store_is_encoded_and_only_data_files_remain(image_tree, tmp_path, fmt):
     m = pack(image_tree, tmp_path / "out", fmt, workers=2)
-    assert m["store"] == "encoded" and sorted(m["files"]) == [DATA_FILES[fmt], "keys.json"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([DATA_FILES[fmt], "keys.json", "keys.offsets.npy",
-                                                                     "keys.utf8", "pixfeed.json"])
+    kept = sorted([DATA_FILES[fmt], "keys.json", "keys.offsets.npy", "keys.utf8"])
+    assert m["store"] == "encoded" and sorted(m["files"]) == kept
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(kept + ["pixfeed.json"])
 
 
 def test_pickle_and_dataloader_workers(image_tree, tmp_path, fmt):
