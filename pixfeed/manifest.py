@@ -12,6 +12,8 @@ directory with a manifest is a finished dataset.  Fields::
     shape            [H, W, 3] in pixels mode, else null
     checksum         "xxh3_64"
     keys_file        "keys.json": JSON list of record keys in record order
+    key_index        {"offsets": "keys.offsets.npy", "blob": "keys.utf8"}: one key at a time (pixfeed.keyindex);
+                     absent in packs made before it
     files            {relative path: {"bytes": int, "xxh3_64": hex}} for every data file
     shards           (wds only) [{"name", "count", "bytes", "xxh3_64"}]
     chunks           (mmap, hdf5) {"bytes": 16 MiB, "xxh3_64": {data file: [hex per chunk]}}, checked by the

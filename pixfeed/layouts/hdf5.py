@@ -21,7 +21,7 @@ One self-contained file::
                              masks (PNG) and images: N variable-length uint8 arrays
       field_checksums/NAME   uint64 N  xxh3_64 of each record's stored bytes (UTF-8 text, the array's
                              bytes, the file's bytes)
-    keys.json, pixfeed.json
+    keys.json, keys.offsets.npy, keys.utf8, pixfeed.json   (the key index: pixfeed/keyindex.py)
 
 Reading record ``i`` with plain h5py::
 

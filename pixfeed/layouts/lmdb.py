@@ -11,7 +11,7 @@ file)::
                   stored bytes: raw = H x W x 3 uint8 RGB; jpeg/png = the file
                   key b"__pixfeed__" = JSON {"format", "count", "store", "classes",
                     "record_header"} for plain-lmdb users (it sorts after the records)
-    keys.json, pixfeed.json
+    keys.json, keys.offsets.npy, keys.utf8, pixfeed.json   (the key index: pixfeed/keyindex.py)
 
 Reading one record with plain lmdb::
 

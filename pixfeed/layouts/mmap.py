@@ -7,7 +7,7 @@ All little-endian, every array readable with ``numpy.load(path, mmap_mode="r")``
                   offsets.npy    int64  N+1; record i is data.bin[offsets[i]:offsets[i+1]]
     both          labels.npy     int64  N   (-1 for a flat source)
                   checksums.npy  uint64 N   xxh3_64 of each record's stored bytes
-                  keys.json, pixfeed.json
+                  keys.json, keys.offsets.npy, keys.utf8, pixfeed.json   (key index: pixfeed/keyindex.py)
     fields        one set per field of the manifest's "schema" (pixfeed.fields), under fields/:
                   fields/NAME.npy            N x shape of the field's dtype, when every value has
                                              one shape: int (int64), float (float64), fixed-shape

@@ -5,6 +5,7 @@
     shard-000000.tar, shard-000001.tar, ...
     keys.json, pixfeed.json                   pixfeed.json lists every shard under "shards":
                                               [{"name", "count", "bytes", "xxh3_64"}]
+    keys.offsets.npy, keys.utf8               the key index (pixfeed/keyindex.py)
 
 Each sample is three consecutive tar members sharing a member key ``K``::
 
