@@ -132,6 +132,10 @@ class MmapImageDataset(MapImageDataset):
             shape, offset = npy_layout(self.data_file(layout.IMAGES))
             row = int(np.prod(shape[1:]))
             starts = offset + row * np.arange(shape[0], dtype=np.int64)
-            return Extents(self.path / layout.IMAGES, starts, np.full(shape[0], row, np.int64), meta)
-        offsets = np.load(self.path / layout.OFFSETS, allow_pickle=False).astype(np.int64)
-        return Extents(self.path / layout.DATA, offsets[:-1], np.diff(offsets), [*meta, self.path / layout.OFFSETS])
+            return Extents(self.path / layout.IMAGES, starts, np.broadcast_to(np.int64(row), starts.shape), meta)
+        offsets = np.load(self.path / layout.OFFSETS, mmap_mode="r", allow_pickle=False)  # shared, not copied
+        offsets = offsets.view(np.int64) if offsets.dtype == np.uint64 else offsets.astype(np.int64, copy=False)
+        lengths = np.diff(offsets)
+        if len(lengths) and lengths.max() < 2**31:
+            lengths = lengths.astype(np.int32)  # half the memory of a per-record array the planner keeps
+        return Extents(self.path / layout.DATA, offsets[:-1], lengths, [*meta, self.path / layout.OFFSETS])

@@ -29,7 +29,7 @@ ORDERS = ("random", "quasi_random")
 CHUNKS_PER_WINDOW = 32
 
 
-BLOCK = 1 << 16  # indices turned into Python ints at a time
+BLOCK = 4096  # indices turned into Python ints at a time
 
 
 def as_ints(order: np.ndarray) -> Iterator[int]:

@@ -54,7 +54,7 @@ class Hinter:
         self.extents, self.budget, self.drop_behind = extents, budget, drop_behind
 
     def follow(self, indices: np.ndarray) -> Iterator[int]:
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = np.asarray(indices)
         requests = _Requests(self.extents, idx, self.budget, self.drop_behind)
         requests.start()
         try:
@@ -71,8 +71,8 @@ class _Requests(threading.Thread):
     def __init__(self, extents: Extents, idx: np.ndarray, budget: int, drop_behind: Optional[int]) -> None:
         super().__init__(name="pixfeed-io-ahead", daemon=True)
         self.extents, self.budget, self.drop_behind, self.dropped = extents, budget, drop_behind, 0
-        self.starts, self.lengths = extents.starts[idx], extents.lengths[idx]
-        self.ends = np.cumsum(self.lengths)
+        self.starts = extents.starts[idx]
+        self.ends = np.cumsum(extents.lengths[idx], dtype=np.int64)  # lengths are its differences: not kept
         self.position, self.hinted, self.stopped = 0, 0, False
         self.wake = threading.Event()
 
@@ -101,7 +101,7 @@ class _Requests(threading.Thread):
                     continue
                 done = int(self.ends[self.position - 1]) if self.position else 0
                 stop = max(int(np.searchsorted(self.ends, done + self.budget, "right")), self.position + 1)
-                will_need(fd, self.starts[self.hinted:stop], self.lengths[self.hinted:stop])
+                will_need(fd, self.starts[self.hinted:stop], self._lengths(self.hinted, stop))
                 self.hinted = stop
                 self._drop(fd)
         finally:
@@ -112,8 +112,12 @@ class _Requests(threading.Thread):
         if self.drop_behind is None or self.position - self.drop_behind <= self.dropped:
             return
         end = self.position - self.drop_behind
-        dont_need(fd, self.starts[self.dropped:end], self.lengths[self.dropped:end])
+        dont_need(fd, self.starts[self.dropped:end], self._lengths(self.dropped, end))
         self.dropped = end
+
+    def _lengths(self, start: int, stop: int) -> np.ndarray:
+        """The lengths of the records at positions ``start:stop`` of the epoch."""
+        return np.diff(self.ends[start:stop], prepend=self.ends[start - 1] if start else 0)
 
 
 def _request_whole(paths: List) -> None:

@@ -47,15 +47,17 @@ class ResumableSampler(EpochSampler):
         self.hints: Optional[Hinter] = None
 
     def epoch_order(self) -> np.ndarray:
-        """The epoch's order of all ``n`` indices, the same on every rank (int64, no Python object per index)."""
+        """The epoch's order of all ``n`` indices, the same on every rank (int32 below 2**31 records: no
+        Python object per index)."""
         n = len(self.dataset)
+        dtype = np.int32 if n < 2**31 else np.int64  # torch draws the same permutation in either
         if not self.shuffle:
-            return np.arange(n, dtype=np.int64)
+            return np.arange(n, dtype=dtype)
         generator = torch.Generator()
         generator.manual_seed(self.seed + self.epoch)
         if self.quasi is not None:
-            return quasi_random(n, *self.quasi, generator)
-        return torch.randperm(n, generator=generator).numpy()
+            return quasi_random(n, *self.quasi, generator).astype(dtype, copy=False)
+        return torch.randperm(n, generator=generator, dtype=torch.int32 if dtype == np.int32 else torch.int64).numpy()
 
     @property
     def end(self) -> int:
@@ -72,8 +74,12 @@ class ResumableSampler(EpochSampler):
         """This rank's indices for the rest of the epoch."""
         self._resize()
         order = self.epoch_order()
-        positions = np.arange(self.offset + self.rank, self.end, self.num_replicas, dtype=np.int64)
-        return order[positions % len(order)] if len(order) else order
+        start, end, step, n = self.offset + self.rank, self.end, self.num_replicas, len(order)
+        mine = order[start:min(end, n):step]  # a view: no copy of the order
+        if end <= n or not n:
+            return mine
+        wrapped = np.arange(max(start, n + (start - n) % step), end, step) % n  # padding: the order's start again
+        return np.concatenate([mine, order[wrapped]])
 
     def follow(self, indices: np.ndarray) -> Iterator[int]:
         """Hand out ``indices`` as ints, reading ahead of them when ``hints`` is set."""

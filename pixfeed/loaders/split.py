@@ -52,7 +52,7 @@ class EpochSampler(Sampler):
         self.distributed = distributed
         self.requested: Optional[int] = None  # an epoch set from outside since the loader last started one
         self._world: Optional[World] = None  # the driving PixfeedLoader's; None: resolve as wrapped
-        self._resize()
+        self.num_samples = self.total_size = len(dataset)  # one replica until an epoch resolves the world
 
     def use(self, world: World) -> None:
         """Split for ``world`` until a wrapper calls ``set_epoch`` (the PixfeedLoader drives)."""
