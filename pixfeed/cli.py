@@ -56,6 +56,8 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
                    help="index: the type of column NAME: int, float, str, json, bytes, boxes, image, mask or an "
                         "array DTYPE[d0,...] such as float32[N,4] (repeatable; default: inferred)")
     p.add_argument("--class-column", help="index: the column whose values are the classes (labels: sorted indices)")
+    p.add_argument("--image-ext", help="WebDataset shards as SRC: the image member's extension when a sample has "
+                   "several (jpg, jpeg, png, webp)")
     p.add_argument("--per-box", metavar="NAMES", help="index: comma-separated fields with one row per box, dropped "
                    "with the boxes a crop leaves empty")
     # format-specific: refused by pack for a format that does not take them (pixfeed.registry)
@@ -155,6 +157,8 @@ def _origin(source) -> str:
         return f"index {source['index']} (image column {source['image_column']!r})"
     if source.get("kind") == "pixfeed":
         return f"the pixfeed dataset {source['path']} ({source['format']}/{source['store']})"
+    if source.get("kind") == "shards":
+        return f"WebDataset shards {source['source']} ({source['shards']} shards)"
     return "an image folder"
 
 
@@ -233,7 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack an image folder into a dataset")
-    p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train)")
+    p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train); "
+                   "WebDataset shards (a folder of .tar, a brace pattern train-{000..009}.tar, a bucket prefix); "
+                   "or a pixfeed dataset to repack")
     p.add_argument("dst", help="output dataset directory (or a URL, s3://bucket/prefix)")
     _pack_arguments(p)
     p.set_defaults(func=cmd_pack)

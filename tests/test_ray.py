@@ -173,3 +173,14 @@ def test_ray_packs_an_index_with_fields_as_local_does(cluster, tmp_path, fmt, st
     m = pack(tree, tmp_path / "ray", fmt, store=store, executor="ray", **index)
     assert m["count"] == 6 and len(m["schema"]) == 9
     assert_same_pack(tmp_path / "local", tmp_path / "ray")
+
+
+def test_ray_packs_webdataset_shards_as_local_does(cluster, tmp_path):
+    from test_shard_source import writer_shards
+
+    written = writer_shards(tmp_path / "sw")
+    src = str(tmp_path / "sw" / "sw-{000000..000002}.tar")
+    pack(src, tmp_path / "local", "mmap", store="encoded", workers=2)
+    m = pack(src, tmp_path / "ray", "mmap", store="encoded", executor="ray")
+    assert m["count"] == len(written) and m["source"]["kind"] == "shards"
+    assert_same_pack(tmp_path / "local", tmp_path / "ray")

@@ -20,7 +20,7 @@ from ..registry import Format, format_options
 
 ON_ERROR = ("fail", "skip")
 _NOT_RECORDED = ("overwrite", "workers")  # how, not what, was packed
-_INDEX_ONLY = ("image_column", "field", "class_column", "per_box")
+_INDEX_ONLY = ("image_column", "class_column", "per_box")
 # option: (the store it applies to, its default there)
 STORE_ONLY = {"size": ("pixels", 256), "resize": ("pixels", "crop"), "max_side": ("encoded", None),
               "full_check": ("encoded", False), "compression": ("pixels", None)}
@@ -46,6 +46,7 @@ class PackOptions:
     field: tuple = ()                    # "NAME:TYPE" overrides of inferred field types
     class_column: Optional[str] = None
     per_box: tuple = ()                  # fields with one row per box
+    image_ext: Optional[str] = None      # WebDataset shards as the source: the image member's extension
     # format-specific (pixfeed.registry declares which format takes which, and its default)
     shard_size: Optional[int] = None     # wds
     shard_bytes: Optional[int] = None    # wds
@@ -124,7 +125,11 @@ class PackOptions:
             for option in ("index", *_INDEX_ONLY):
                 del out[option]
         else:
-            out.update(field=list(self.field), per_box=list(self.per_box))
+            out.update(per_box=list(self.per_box))
+        out["field"] = list(self.field)
+        for option in ("field", "image_ext"):  # source options: recorded where they were given
+            if not out[option]:
+                del out[option]
         return out
 
 

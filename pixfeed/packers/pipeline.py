@@ -141,7 +141,8 @@ def _local_tmp(dst: Path, source) -> Path:
     if not dst.parent.is_dir():
         what = "is a file, not a folder" if dst.parent.exists() else "does not exist"
         raise OptionError(f"destination {dst}: parent folder {dst.parent} {what}")
-    if source.remote is None and dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
+    if source.remote is None and source.walked and \
+            dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
         raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
                           "find it (as a class folder); choose a DST outside the source")
     _remove_stale_tmp(dst)

@@ -46,6 +46,7 @@ class Source:
     per_box: Tuple[str, ...] = ()                      # fields whose rows go with the boxes' rows
     blobs: Optional[list] = None                       # the images' bytes (a Parquet column), else None
     origin: dict = field(default_factory=lambda: {"kind": "folder"})  # the manifest's "source"
+    walked: bool = True  # the scan walks root's folders, so a DST inside root would be scanned next time
 
     def __len__(self) -> int:
         return len(self.paths)

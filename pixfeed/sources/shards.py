@@ -1,0 +1,294 @@
+"""WebDataset tar shards as a source, written by any tool (img2dataset, ``webdataset.ShardWriter``, pixfeed).
+
+``pixfeed pack SRC DST`` where SRC is a folder of ``.tar`` shards, a brace
+pattern (``train-{000000..000123}.tar``), one ``.tar`` file, or a URL prefix
+of shards in a bucket.  The driver reads each shard once, as a stream (never
+extracted to disk): members are grouped into samples as WebDataset groups
+them (the member name up to the first dot of its basename is the sample's
+key, the rest its extension), every member but the image is parsed into a
+field then, and the image member's offset and size in the shard are kept;
+the pack's tasks read the image bytes by range (a read of the file, or a
+ranged GET), in shard order.
+
+By extension: the image is the member whose extension is ``jpg``, ``jpeg``,
+``png`` or ``webp`` (``--image-ext`` picks one when a sample has several);
+``cls`` is the label (a class index; the classes are named "0", "1", ...;
+-1 without any ``cls``); ``txt``, ``text`` and
+``caption`` are ``str`` fields, ``json`` a ``json`` field, ``npy`` an
+``ndarray`` field (NumPy's format, no pickle), a multi-dot image extension
+(``K.depth.png``) an ``image`` field, anything else ``bytes``; ``--field
+NAME:TYPE`` overrides a type (``--field mask:mask``, ``--field boxes:boxes``).  A field is named by its extension
+(``txt``), or, for a multi-dot one, by the part before its last dot
+(``caption.txt`` -> ``caption``, ``mask.png`` -> ``mask``: the member names
+pixfeed's own shards use).  A shard that is not a tar or ends early, a sample
+without an image, and a member that does not parse stop the pack naming the
+shard and member, or with ``--on-error skip`` are left out and listed in the
+manifest's notes.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import OptionError, SourceError
+from ..fields import Field, parse_field_option, parse_type
+from ..storage import Store, is_url, local_path
+from .folder import Source
+
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+TEXT_EXTS = ("txt", "text", "caption")
+BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def is_shards(src) -> bool:
+    """Whether SRC names WebDataset shards: a .tar file, a brace pattern, or a folder holding .tar files
+    and no sub-folders (an image folder has class folders or images)."""
+    text = str(src)
+    if text.endswith(".tar") or BRACE.search(text):
+        return True
+    if is_url(src):
+        return False  # a bucket prefix is a folder source unless scan_shards finds only shards (scan_source)
+    root = local_path(src)
+    if not root.is_dir():
+        return False
+    entries = [e for e in os.scandir(root) if not e.name.startswith(".")]
+    return any(e.name.endswith(".tar") for e in entries) and not any(e.is_dir() for e in entries)
+
+
+def shard_names(src, store: Optional[Store]) -> Tuple[object, List[str]]:
+    """(the root the names are relative to, the shard names in order); SourceError when none match."""
+    text = str(src).rstrip("/")
+    match = BRACE.search(text)
+    if match:
+        lo, hi = match.groups()
+        head, tail = text[:match.start()], text[match.end():]
+        root, _, prefix = head.rpartition("/")
+        names = [f"{prefix}{i:0{len(lo)}d}{tail}" for i in range(int(lo), int(hi) + 1)]
+    elif text.endswith(".tar"):
+        root, _, name = text.rpartition("/")
+        names = [name]
+    else:
+        root = text
+        names = sorted(n for n in (store.list() if store else os.listdir(text)) if n.endswith(".tar"))
+    root = root if store is not None else local_path(root or ".")
+    if store is None:
+        missing = [n for n in names if not (root / n).is_file()]
+        if missing and (match or len(names) == 1):
+            raise SourceError(f"{src}: no shard {root / missing[0]}"
+                              + (f" (and {len(missing) - 1} more of the pattern's {len(names)})" if len(missing) > 1 else ""))
+    if not names:
+        raise SourceError(f"{src}: no .tar shards there")
+    return root, names
+
+
+class ShardSource(Source):
+    """Samples of tar shards; image bytes located by (shard, offset, size)."""
+    shards: List[str] = []
+    where_of: List[str] = []
+    extents: Optional[np.ndarray] = None  # [shard index, offset, size] per sample
+
+    def where(self, i: int) -> str:
+        return self.where_of[i]
+
+    def field_where(self, i: int, name: str) -> str:
+        return f"{self.where_of[i]}, member .{name}"
+
+    def fetch(self, indices) -> Iterator[Tuple[int, object]]:
+        handle, current = None, None
+        try:
+            for i in (int(i) for i in indices):
+                shard, offset, size = (int(v) for v in self.extents[i])
+                if self.remote is not None:
+                    yield i, self.remote.read_range(self.shards[shard], offset, offset + size)
+                    continue
+                if shard != current:
+                    if handle is not None:
+                        handle.close()
+                    handle, current = open(self.root / self.shards[shard], "rb"), shard
+                handle.seek(offset)
+                yield i, handle.read(size)
+        finally:
+            if handle is not None:
+                handle.close()
+
+
+def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
+                storage_options: Optional[dict] = None, fields: Sequence[str] = ()) -> ShardSource:
+    store = Store(str(src).rstrip("/") if not BRACE.search(str(src)) and not str(src).endswith(".tar")
+                  else str(src).rpartition("/")[0], storage_options) if is_url(src) else None
+    root, names = shard_names(src, store)
+    if image_ext is not None and image_ext.lower().lstrip(".") not in IMAGE_EXTS:
+        raise OptionError(f"--image-ext {image_ext!r}: expected one of {', '.join(IMAGE_EXTS)}")
+    samples, notes = [], []
+    for s, name in enumerate(names):
+        where = f"{root}/{name}" if store is not None else str(root / name)
+        data = store.read(name) if store is not None else None
+        try:
+            for key, members in _samples(root, name, data):
+                try:
+                    samples.append((s, key, _sample(where, key, members, image_ext)))
+                except SourceError as e:
+                    if on_error == "fail":
+                        raise
+                    notes.append(f"skipped: {e}")
+        except (tarfile.TarError, EOFError, OSError) as e:
+            error = SourceError(f"{where}: not a readable tar shard, or it ends early ({type(e).__name__}: {e})")
+            if on_error == "fail":
+                raise error from None
+            notes.append(f"skipped the rest of the shard: {error}")
+    if not samples:
+        raise SourceError(f"{src}: no sample with an image in {len(names)} shard(s)")
+    return _source(src, root, names, store, samples, notes, fields)
+
+
+def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict[str, Tuple[int, int, bytes]]]]:
+    """(key, {ext: (offset, size, bytes or None for the image kinds)}) per sample, in shard order."""
+    f = io.BytesIO(data) if data is not None else open(root / name, "rb")
+    total = len(data) if data is not None else os.fstat(f.fileno()).st_size
+    with f, tarfile.open(fileobj=f, mode="r|") as tar:
+        key, members, end = None, {}, 0
+        for info in tar:
+            if not info.isfile():
+                continue
+            end = info.offset_data + -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+            if info.offset_data + info.size > total:  # a stream read does not notice a member cut short
+                raise tarfile.ReadError(f"the shard ends inside member {info.name}")
+            folder, _, base = info.name.rpartition("/")
+            stem, dot, ext = base.partition(".")
+            if not dot:
+                continue
+            this = f"{folder}/{stem}" if folder else stem
+            if this != key and members:
+                yield key, members
+                members = {}
+            key = this
+            raw = None if ext.lower() in IMAGE_EXTS else tar.extractfile(info).read()  # the image: by range
+            members[ext] = (info.offset_data, info.size, raw)
+        if end and end + 2 * tarfile.BLOCKSIZE > total:  # no end-of-archive blocks: cut short between members
+            raise tarfile.ReadError("the shard ends without tar's end-of-archive blocks")
+        if members:
+            yield key, members
+
+
+def _sample(where: str, key: str, members: dict, image_ext: Optional[str]) -> dict:
+    images = sorted(e for e in members if e.lower() in IMAGE_EXTS)
+    if image_ext is not None:
+        images = [e for e in images if e.lower() == image_ext.lower().lstrip(".")]
+    if not images:
+        raise SourceError(f"{where}: sample {key!r} has no image member (members: "
+                          f"{', '.join(key + '.' + e for e in members)})")
+    if len(images) > 1:
+        raise SourceError(f"{where}: sample {key!r} has two image members, {key}.{images[0]} and {key}.{images[1]}; "
+                          f"choose one with --image-ext")
+    image = images[0]
+    out = {"image": members[image][:2], "path": f"{key}.{image}", "fields": {}, "label": -1}
+    for ext, (_, _, raw) in members.items():
+        if ext == image:
+            continue
+        last = ext.rpartition(".")[2].lower()
+        name = ext.rpartition(".")[0] or ext
+        if raw is None:  # a second plain image extension (K.jpg and K.png, --image-ext chose one): left out
+            continue
+        if ext == "cls":
+            out["label"] = _parse(where, key, ext, lambda b: int(b.decode().strip()))(raw)
+        else:
+            out["fields"][name] = (last, _parse(where, key, ext, _PARSERS.get(last, bytes))(raw))
+    return out
+
+
+def _npy(raw: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(raw), allow_pickle=False)
+
+
+_PARSERS = {**{e: (lambda b: b.decode("utf-8")) for e in TEXT_EXTS}, "json": lambda b: json.loads(b), "npy": _npy}
+
+
+def _parse(where: str, key: str, ext: str, parse):
+    def parsed(raw: bytes):
+        try:
+            return parse(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise SourceError(f"{where}: member {key}.{ext} does not parse ({type(e).__name__}: {e})") from None
+    return parsed
+
+
+def _source(src, root, names: List[str], store: Optional[Store], samples: list, notes: List[str],
+            given: Sequence[str]) -> ShardSource:
+    keys = [key for _, key, _ in samples]
+    seen: Dict[str, int] = {}
+    for i, key in enumerate(keys):
+        if key in seen:
+            raise SourceError(f"{src}: two samples of key {key!r}, in {names[samples[seen[key]][0]]} and "
+                              f"{names[samples[i][0]]}; keys must be unique")
+        seen[key] = i
+    labels = np.array([s["label"] for _, _, s in samples], np.int64)
+    if (labels >= 0).any() and (labels < 0).any():
+        i, j = int(np.argmax(labels >= 0)), int(np.argmax(labels < 0))
+        raise SourceError(f"{src}: sample {keys[i]!r} has a .cls member but {keys[j]!r} has none; every sample "
+                          "needs its label, or none")
+    classes = [str(c) for c in range(int(labels.max()) + 1)] if (labels >= 0).any() else None  # .cls: indices
+    out = ShardSource(root if store is None else store.url, [s["path"] for _, _, s in samples], keys, labels, classes,
+                      np.array([s["image"][1] for _, _, s in samples], np.int64), notes=notes, remote=store)
+    out.shards, out.walked = names, not (BRACE.search(str(src)) or str(src).endswith(".tar"))
+    out.where_of = [f"{out.root}/{names[shard]}: sample {key!r}" for shard, key, _ in samples]
+    out.extents = np.array([(shard, *s["image"]) for shard, _, s in samples], np.int64).reshape(-1, 3)
+    out.schema = _overridden(src, _schema(src, out, [s["fields"] for _, _, s in samples]), given)
+    out.values = {f.name: [s["fields"].get(f.name, (None, None))[1] for _, _, s in samples] for f in out.schema}
+    out.origin = {"kind": "shards", "source": str(src), "shards": len(names)}
+    return out
+
+
+def _schema(src, source: ShardSource, fields: List[dict]) -> List[Field]:
+    """One field per member name, its type from the extension; a name whose extension or array kind
+    changes between samples is an error naming both samples."""
+    first: Dict[str, Tuple[int, str]] = {}
+    for i, sample in enumerate(fields):
+        for name, (ext, _) in sample.items():
+            j, seen = first.setdefault(name, (i, ext))
+            if seen != ext:
+                raise SourceError(f"{src}: field {name!r} is .{seen} in {source.where(j)} but .{ext} in "
+                                  f"{source.where(i)}; one field has one type")
+    schema = []
+    for name, (i, ext) in first.items():
+        missing = [k for k, s in enumerate(fields) if name not in s]
+        if missing:
+            raise SourceError(f"{source.where(missing[0])}: has no member .{name} that {source.where(i)} has; "
+                              "every sample needs every field")
+        schema.append(_field(name, ext, [s[name][1] for s in fields], source))
+    return schema
+
+
+def _overridden(src, schema: List[Field], given: Sequence[str]) -> List[Field]:
+    """The schema with ``--field NAME:TYPE`` applied (``--field mask:mask`` for a ``K.mask.png`` member)."""
+    overrides = dict(parse_field_option(g) for g in given)
+    names = [f.name for f in schema]
+    unknown = [n for n in overrides if n not in names]
+    if unknown:
+        raise OptionError(f"--field {unknown[0]}: the shards of {src} have no member named {unknown[0]!r}; their "
+                          f"fields: {', '.join(names) or 'none'}")
+    return [parse_type(f.name, overrides[f.name], "--field") if f.name in overrides else f for f in schema]
+
+
+def _field(name: str, ext: str, values: list, source: ShardSource) -> Field:
+    if ext in TEXT_EXTS:
+        return Field(name, "str")
+    if ext in IMAGE_EXTS:
+        return Field(name, "image")
+    if ext == "json":
+        return Field(name, "json")
+    if ext != "npy":
+        return Field(name, "bytes")
+    dtypes, shapes = {v.dtype.str for v in values}, {v.shape for v in values}
+    if len(dtypes) > 1 or len({len(s) for s in shapes}) > 1 or len({s[1:] for s in shapes}) > 1:
+        kinds = sorted(f"{v.dtype}{list(v.shape)}" for v in values)
+        raise SourceError(f"{source.root}: field {name!r} (.npy) is {kinds[0]} in one sample and {kinds[-1]} in "
+                          "another; one field has one dtype and trailing shape")
+    shape = next(iter(shapes))
+    return Field(name, "ndarray", values[0].dtype.name, shape if len(shapes) == 1 else (None, *shape[1:]))
