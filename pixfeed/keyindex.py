@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import List, Sequence
 
 import numpy as np
 
@@ -46,3 +46,11 @@ def lookup(folder: Path, entry: dict, i: int) -> str:
         return os.pread(fd, end - start, start).decode("utf-8")
     finally:
         os.close(fd)
+
+
+def read_all(folder: Path, entry: dict) -> List[str]:
+    """Every key, in record order (for tools that need them all: a repack, ``pixfeed info``)."""
+    offsets = np.load(Path(folder) / entry["offsets"], mmap_mode="r")
+    blob = (Path(folder) / entry["blob"]).read_bytes()
+    bounds = offsets.tolist()
+    return [blob[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]

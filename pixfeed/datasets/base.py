@@ -147,6 +147,13 @@ class ImageRecords(FieldValues):
             self._keys = json.loads(text)
         return self._keys[i]
 
+    def keys(self) -> List[str]:
+        """Every record's key, in record order: one read, for tools that need them all (a repack)."""
+        entry = self.manifest.get("key_index")
+        if entry and self.remote is None:
+            return keyindex.read_all(self.path, entry)
+        return [self.key(i) for i in range(len(self))]
+
     def where(self, i: int) -> str:
         try:
             return f"{self.path}: record {i} (key {self.key(i)!r})"

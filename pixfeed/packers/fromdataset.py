@@ -72,7 +72,7 @@ def scan_dataset(src, dst) -> DatasetSource:
         raise SourceError(f"source {root}: repacking a wds dataset is not supported yet (its records are read as "
                           "a stream); pack its original images, or repack a map-style format (mmap, lmdb, hdf5)")
     n, names = len(ds), [f.name for f in ds.schema]
-    keys = [ds.key(i) for i in range(n)]
+    keys = ds.keys()
     labels = np.concatenate([ds.read_labels(np.arange(s, min(s + BLOCK, n))) for s in range(0, n, BLOCK)]) \
         if n else np.zeros(0, np.int64)
     source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, _sizes(ds, n))

@@ -21,7 +21,7 @@ from PIL import Image
 
 from ..checksum import record_hash
 from ..decode import EXTENSIONS, check_encoded, decode, decode_for_pack, sniff
-from ..errors import SourceError
+from ..errors import Location, SourceError
 from ..geometry import Plan
 from ..sources.folder import Source
 from .fieldrecords import pack_fields
@@ -45,7 +45,7 @@ class Record:
 def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None) -> Record:
     """Turn source image ``i`` into a record (raises SourceError).  ``data``: its bytes when
     already fetched (Source.fetch), or the error that fetching them raised; None reads the file."""
-    where = source.where(i)
+    where = Location(source.where, i)  # formatted only into an error or a note
     if isinstance(data, Exception):
         raise SourceError(f"cannot read ({data})") from None
     if data is None:

@@ -2,8 +2,8 @@
 
 ``pixfeed pack SRC DST`` where SRC is a folder of ``.tar`` shards, a brace
 pattern (``train-{000000..000123}.tar``), one ``.tar`` file, or a URL prefix
-of shards in a bucket.  The driver reads each shard once, as a stream (never
-extracted to disk): members are grouped into samples as WebDataset groups
+of shards in a bucket.  The driver reads each shard once (never extracted to
+disk; a local shard's image members are seeked over, not read): members are grouped into samples as WebDataset groups
 them (the member name up to the first dot of its basename is the sample's
 key, the rest its extension), every member but the image is parsed into a
 field then, and the image member's offset and size in the shard are kept;
@@ -152,7 +152,7 @@ def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict
     """(key, {ext: (offset, size, bytes or None for the image kinds)}) per sample, in shard order."""
     f = io.BytesIO(data) if data is not None else open(root / name, "rb")
     total = len(data) if data is not None else os.fstat(f.fileno()).st_size
-    with f, tarfile.open(fileobj=f, mode="r|") as tar:
+    with f, tarfile.open(fileobj=f, mode="r|" if data is not None else "r:") as tar:  # a file: seek past images
         key, members, end = None, {}, 0
         for info in tar:
             if not info.isfile():
