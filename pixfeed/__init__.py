@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 # ``import pixfeed`` stays light (no torch, lmdb, h5py or webdataset).
 _EXPORTS = {
     "pack": "pixfeed.packers",
+    "pack_samples": "pixfeed.packers",
     "open_dataset": "pixfeed.datasets",
     "read_manifest": "pixfeed.manifest",
     "PixfeedError": "pixfeed.errors",

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import make_tree, sized
 
+import pixfeed
 from pixfeed import registry
 from pixfeed.cli import main
 from pixfeed.datasets import open_dataset
@@ -183,4 +184,14 @@ def test_ray_packs_webdataset_shards_as_local_does(cluster, tmp_path):
     pack(src, tmp_path / "local", "mmap", store="encoded", workers=2)
     m = pack(src, tmp_path / "ray", "mmap", store="encoded", executor="ray")
     assert m["count"] == len(written) and m["source"]["kind"] == "shards"
+    assert_same_pack(tmp_path / "local", tmp_path / "ray")
+
+
+def test_ray_packs_python_samples_as_local_does(cluster, tmp_path):
+    from test_pack_samples import samples_of
+
+    options = dict(inputs=[1, 2, 3], store="encoded", schema={"boxes": "boxes"})
+    pixfeed.pack_samples(samples_of, tmp_path / "local", "mmap", workers=2, **options)
+    m = pixfeed.pack_samples(samples_of, tmp_path / "ray", "mmap", executor="ray", **options)
+    assert m["count"] == 6 and m["source"]["kind"] == "python"
     assert_same_pack(tmp_path / "local", tmp_path / "ray")

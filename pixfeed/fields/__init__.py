@@ -131,3 +131,19 @@ def select(requested: Optional[Sequence[str]], schema: Sequence[Field], where: o
         raise OptionError(f"{where}: fields={tuple(requested)!r}: no field {', '.join(map(repr, missing)) or '()'}; "
                           f"this dataset has {', '.join(have)}")
     return tuple(requested)
+
+
+def per_box_fields(schema: List[Field], names: Sequence[str]) -> tuple:
+    """``--per-box NAMES`` checked against ``schema``: one boxes field, and each name an array with a row per box."""
+    if not names:
+        return ()
+    boxes = [f for f in schema if f.type == "boxes"]
+    if len(boxes) != 1:
+        raise OptionError(f"--per-box {','.join(names)}: needs exactly one boxes field (--field NAME:boxes), "
+                          f"found {len(boxes)}")
+    by_name = {f.name: f for f in schema}
+    for n in names:
+        if n not in by_name or not by_name[n].variable:
+            raise OptionError(f"--per-box {n}: must name an array field with a variable first dimension "
+                              f"(e.g. --field {n}:int64[N]), one row per box")
+    return tuple(names)

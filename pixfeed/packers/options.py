@@ -20,7 +20,7 @@ from ..registry import Format, format_options
 
 ON_ERROR = ("fail", "skip")
 _NOT_RECORDED = ("overwrite", "workers")  # how, not what, was packed
-_INDEX_ONLY = ("image_column", "class_column", "per_box")
+_INDEX_ONLY = ("image_column", "class_column")
 # option: (the store it applies to, its default there)
 STORE_ONLY = {"size": ("pixels", 256), "resize": ("pixels", "crop"), "max_side": ("encoded", None),
               "full_check": ("encoded", False), "compression": ("pixels", None)}
@@ -124,10 +124,8 @@ class PackOptions:
         if self.index is None:  # a folder source: the index options did not apply
             for option in ("index", *_INDEX_ONLY):
                 del out[option]
-        else:
-            out.update(per_box=list(self.per_box))
-        out["field"] = list(self.field)
-        for option in ("field", "image_ext"):  # source options: recorded where they were given
+        out.update(field=list(self.field), per_box=list(self.per_box))
+        for option in ("field", "per_box", "image_ext"):  # source options: recorded where they were given
             if not out[option]:
                 del out[option]
         return out

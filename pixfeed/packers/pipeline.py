@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -29,8 +29,11 @@ from .. import __version__, keyindex, registry
 from ..checksum import ALGORITHM, file_hash
 from ..chunked import manifest_entry
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
+from ..fields import per_box_fields
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
-from ..sources import scan_source
+from ..cpus import available_cpus
+from ..sources import Source, scan_source
+from ..sources.samples import from_inputs, function_name, scan_samples
 from ..storage import is_url, local_path
 from . import interrupt
 from .executors import make_executor, run_tasks
@@ -78,10 +81,37 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
     if upload is None:
         dst = _local_dst(local_path(dst), opts.overwrite)
-    source = scan_dataset(src, dst) if is_dataset(src) else scan_source(src, opts, storage_options)
+    if isinstance(src, Source):  # samples already gathered (pack_samples)
+        source = src
+    else:
+        source = scan_dataset(src, dst) if is_dataset(src) else scan_source(src, opts, storage_options)
+    if opts.per_box:
+        source.per_box = per_box_fields(source.schema, opts.per_box)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
     with interrupt.signals():
         return _pack(fmt, cls, opts, executor, upload, dst, source, tmp, progress)
+
+
+def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequence] = None,
+                 schema: Optional[Dict[str, str]] = None, **options) -> dict:
+    """Pack samples given in Python (``pixfeed.sources.samples``): an iterable of dicts
+    (``{"image": path | bytes | uint8 array, "label": ..., "caption": ..., ...}``), or ``fn`` with
+    ``inputs=[...]``, where ``fn(input)`` yields such dicts and runs over the inputs in ``workers``
+    processes.  ``schema`` ({field: type}) overrides inferred field types; the other options are
+    ``pack``'s (format, store, on_error, executor, ...), with the same atomic output and checksums."""
+    if callable(samples):
+        if inputs is None:
+            raise OptionError("pack_samples(fn, DST, inputs=[...]): give the inputs fn is called with")
+        items, names, notes = from_inputs(samples, inputs, options.get("workers") or available_cpus(),
+                                          options.get("on_error", "fail"))
+        origin = {"kind": "python", "function": function_name(samples), "inputs": len(inputs)}
+    else:
+        if inputs is not None:
+            raise OptionError("pack_samples: inputs= goes with a function of one input; these samples are an iterable")
+        items, names, notes, origin = samples, None, [], {"kind": "python"}
+    source = scan_samples(items, names, schema, origin)
+    source.notes += notes
+    return pack(source, dst, format, **options)
 
 
 def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, source, tmp: Path,

@@ -24,7 +24,7 @@ def scan_source(src, opts, storage_options: Optional[dict] = None) -> Source:
                           class_column=opts.class_column, per_box=opts.per_box, storage_options=storage_options)
     if is_shards(src) or (is_url(src) and _only_shards(src, storage_options)):
         return scan_shards(src, opts.image_ext, opts.on_error, storage_options, fields=opts.field)
-    for option in ("image_ext", "field"):
+    for option in ("image_ext", "field", "per_box"):
         if getattr(opts, option):
             raise OptionError(f"--{option.replace('_', '-')} applies to an index file or WebDataset shards as the "
                               f"source, not to the image folder {src}; leave it out")

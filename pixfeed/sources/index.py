@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import OptionError, PixfeedError, SourceError
-from ..fields import Field, parse_field_option, parse_type
+from ..fields import Field, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import parse
 from .folder import Source
 from ..storage import Store, is_url, local_path
@@ -64,7 +64,7 @@ def scan_index(index, src, image_column: Optional[str] = None, fields: Sequence[
     src.paths, src.blobs = _images(name, rows, image, columns[image])
     src.keys = _keys(name, rows, src.paths)
     src.labels, src.classes = _labels(name, rows, columns, class_column)
-    src.per_box = _per_box(schema, per_box)
+    src.per_box = per_box_fields(schema, per_box)
     src.values = {f.name: [parse(f, c, src.field_where(i, f.name), is_text) for i, c in enumerate(columns[f.name])]
                   for f in schema}
     listing = store.list() if store is not None and src.blobs is None else {}
@@ -160,21 +160,6 @@ def _labels(name: str, rows: List[str], columns, column: Optional[str]) -> tuple
     classes = sorted({str(c) for c in cells})
     index = {c: i for i, c in enumerate(classes)}
     return np.array([index[str(c)] for c in cells], np.int64), classes
-
-
-def _per_box(schema: List[Field], names: Sequence[str]) -> tuple:
-    if not names:
-        return ()
-    boxes = [f for f in schema if f.type == "boxes"]
-    if len(boxes) != 1:
-        raise OptionError(f"--per-box {','.join(names)}: needs exactly one boxes field (--field NAME:boxes), "
-                          f"found {len(boxes)}")
-    by_name = {f.name: f for f in schema}
-    for n in names:
-        if n not in by_name or not by_name[n].variable:
-            raise OptionError(f"--per-box {n}: must name an array field with a variable first dimension "
-                              f"(e.g. --field {n}:int64[N]), one row per box")
-    return tuple(names)
 
 
 def _size(path: Path) -> int:

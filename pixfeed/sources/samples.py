@@ -1,0 +1,183 @@
+"""Samples from Python as a source: ``pixfeed.pack_samples`` (anything else people hold: COCO, a database).
+
+``pack_samples(samples, DST)``: ``samples`` is an iterable of dicts, one per
+sample: ``"image"`` (a file path, the image file's bytes, or an HxWx3 or HxW
+uint8 array, stored as a lossless PNG), optional ``"label"`` (a class index,
+or a class name: names are mapped to sorted indices as folder names are) and
+``"key"`` (default: the sample's number, ``000000012``), and any other keys
+as typed fields, their types inferred as an index file's columns are
+(``sources/infer.py``) unless ``schema={"boxes": "boxes", "mask": "mask"}``
+says; a ``mask`` or ``image`` field takes a path, bytes or an array too.
+
+``pack_samples(fn, DST, inputs=[...])``: ``fn(input)`` yields such dicts;
+the inputs are run in ``workers`` processes (one input a task), a raising
+``fn`` names its input and follows ``on_error``; then the samples are packed
+as from an iterable.  Every sample's image is held in memory as encoded bytes
+until the pack is written: for sources larger than memory, write an index
+file or WebDataset shards and pack those.
+"""
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+from PIL import Image
+
+from ..errors import OptionError, SourceError
+from ..fields import Field, parse_type
+from ..fields.codec import parse
+from ..fields.picture import encode_mask
+from .folder import Source
+from .infer import infer
+
+RESERVED = ("image", "label", "key")
+
+
+class SampleSource(Source):
+    """Samples given in Python; messages name the sample (and the input it came from)."""
+    names: List[str] = []
+
+    def where(self, i: int) -> str:
+        return self.names[i]
+
+
+def from_inputs(fn: Callable, inputs: Sequence, workers: int, on_error: str) -> tuple:
+    """(samples, their names, notes): ``fn`` run over ``inputs`` in ``workers`` processes."""
+    items = list(enumerate(inputs))
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if workers > 1 and len(items) > 1:  # fn reaches forked workers as it is: no need to pickle it
+        with ctx.Pool(min(workers, len(items)), initializer=_use, initargs=(fn,)) as pool:
+            results = pool.map(_run, items)
+    else:
+        _use(fn)
+        results = [_run(item) for item in items]
+    samples, names, notes = [], [], []
+    for (n, value), (made, error) in zip(items, results):
+        if error is not None:
+            message = f"input {n} ({value!r:.60}): {function_name(fn)} raised {error}"
+            if on_error == "fail":
+                raise SourceError(message)
+            notes.append(f"skipped: {message}")
+            continue
+        samples += made
+        names += [f"input {n} ({value!r:.60}), sample {k}" for k in range(len(made))]
+    return samples, names, notes
+
+
+def function_name(fn: Callable) -> str:
+    """A function's name, or a callable object's class name, for messages and the manifest."""
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
+_FN: Optional[Callable] = None
+
+
+def _use(fn: Callable) -> None:
+    global _FN
+    _FN = fn
+
+
+def _run(item) -> tuple:
+    """``fn(input)``'s samples, pictures as bytes, or the error it raised."""
+    try:
+        return [_portable(s) for s in _FN(item[1])], None
+    except Exception as e:  # noqa: BLE001 - the user's function: named, then on_error
+        return [], f"{type(e).__name__}: {e}"
+
+
+def _portable(sample) -> dict:
+    """A sample dict with arrays that are pictures turned into PNG bytes (they cross processes as bytes)."""
+    if not isinstance(sample, dict):
+        raise SourceError(f"a sample must be a dict with an 'image', not {type(sample).__name__}")
+    return {k: _png(v) if isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim in (2, 3) and
+            k == "image" else v for k, v in sample.items()}
+
+
+def scan_samples(samples: Iterable[dict], names: Optional[List[str]] = None, schema: Optional[Dict[str, str]] = None,
+                 origin: Optional[dict] = None) -> SampleSource:
+    samples = [_portable(s) for s in samples]
+    names = names or [f"sample {n}" for n in range(len(samples))]
+    if not samples:
+        raise SourceError("pack_samples: no samples")
+    for n, s in enumerate(samples):
+        if "image" not in s:
+            raise SourceError(f"{names[n]}: no 'image' (a path, the file's bytes or an HxWx3 uint8 array); its keys: "
+                              f"{', '.join(map(str, s)) or 'none'}")
+    blobs = [_image_bytes(s["image"], names[n]) for n, s in enumerate(samples)]
+    keys = [str(s.get("key", f"{n:09d}")) for n, s in enumerate(samples)]
+    dup = len(set(keys)) != len(keys) and next(k for k in keys if keys.count(k) > 1)
+    if dup:
+        raise SourceError(f"pack_samples: two samples of key {dup!r}; keys must be unique")
+    labels, classes = _labels([s.get("label") for s in samples], names)
+    fields = _schema(samples, names, schema or {})
+    src = SampleSource(Path("."), keys, keys, labels, classes, np.array([len(b) for b in blobs], np.int64))
+    src.names, src.blobs, src.schema, src.walked = names, blobs, fields, False
+    src.values = {f.name: [_value(f, s[f.name], f"{names[n]}, field {f.name}") for n, s in enumerate(samples)]
+                  for f in fields}
+    src.origin = origin or {"kind": "python"}
+    return src
+
+
+def _png(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(arr)).save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def _image_bytes(value, where: str) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, (str, Path)):
+        try:
+            return Path(value).read_bytes()
+        except OSError as e:
+            raise SourceError(f"{where}: image {value}: cannot read ({e.strerror or e})") from None
+    raise SourceError(f"{where}: image is a {type(value).__name__}; give a path, the file's bytes or an HxWx3 "
+                      "uint8 array")
+
+
+def _labels(values: list, names: List[str]) -> tuple:
+    given = [v for v in values if v is not None]
+    if not given:
+        return np.full(len(values), -1, np.int64), None
+    if len(given) != len(values):
+        missing = next(n for n, v in enumerate(values) if v is None)
+        raise SourceError(f"{names[missing]}: no 'label' while other samples have one; every sample needs one, or none")
+    if all(isinstance(v, str) for v in values):
+        classes = sorted(set(values))
+        return np.array([classes.index(v) for v in values], np.int64), classes
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
+        return np.array(values, np.int64), None
+    bad = next(n for n, v in enumerate(values) if not isinstance(v, (int, np.integer, str)) or isinstance(v, bool))
+    raise SourceError(f"{names[bad]}: label {values[bad]!r} is neither a class index (int >= 0) nor a class name")
+
+
+def _schema(samples: List[dict], names: List[str], given: Dict[str, str]) -> List[Field]:
+    fields = [k for k in samples[0] if k not in RESERVED]
+    for n, s in enumerate(samples):
+        extra = sorted(set(s) - set(fields) - set(RESERVED)) or sorted(set(fields) - set(s))
+        if extra:
+            raise SourceError(f"{names[n]}: fields {', '.join(sorted(set(s) - set(RESERVED)))} differ from the first "
+                              f"sample's ({', '.join(fields) or 'none'}); every sample has the same fields")
+    unknown = [k for k in given if k not in fields]
+    if unknown:
+        raise OptionError(f"schema: no sample has a field {unknown[0]!r}; the fields: {', '.join(fields) or 'none'}")
+    return [parse_type(k, given[k], "schema") if k in given else
+            infer(k, [_listed(s[k]) for s in samples], is_text=False) for k in fields]
+
+
+def _listed(value):
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _value(f: Field, value, where: str):
+    if f.type == "mask" and isinstance(value, np.ndarray):
+        return encode_mask(value)
+    if f.type == "image" and isinstance(value, np.ndarray):
+        return _png(value)
+    if f.type in ("mask", "image") and isinstance(value, Path):
+        value = str(value)
+    return parse(f, _listed(value) if f.type not in ("ndarray", "boxes") else value, where)
