@@ -17,8 +17,10 @@ Its pixels are libjpeg-turbo's accurate IDCT with fancy upsampling, identical
 to Pillow's decode of the same rows and columns; the box and the RNG draws are
 those of ``geometry.plan``, so geometry is unchanged.  ``stats()`` counts, in
 this process, the region decodes and the full decodes taken instead, by reason.
-(On a machine without CUDA libraries nvimgcodec prints on import that it found
-no nvJPEG, nvJPEG2000 or nvTIFF: harmless, the CPU backend needs none.)
+On a machine without CUDA libraries nvimgcodec prints, when it is imported
+and its decoder made, six red ``[ERROR]`` lines about missing nvJPEG,
+nvJPEG2000 and nvTIFF: harmless (the CPU backend needs none), but they read as
+a failure, so ``quietly`` captures that output and passes on only other lines.
 """
 from __future__ import annotations
 
@@ -55,12 +57,47 @@ def count(what: str) -> None:
 
 def _codec():
     if _decoder["pid"] != os.getpid():
-        from nvidia import nvimgcodec as n
-        decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
-                            backends=[n.Backend(n.BackendKind.CPU_ONLY)])
-        params = n.DecodeParams(color_spec=n.SRGB, sample_format=n.I_RGB, apply_exif_orientation=False)
-        _decoder.update(pid=os.getpid(), codec=(n, decoder, params))
+        _decoder.update(pid=os.getpid(), codec=quietly(_make_codec))
     return _decoder["codec"]
+
+
+def _make_codec():
+    from nvidia import nvimgcodec as n
+    decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
+                        backends=[n.Backend(n.BackendKind.CPU_ONLY)])
+    params = n.DecodeParams(color_spec=n.SRGB, sample_format=n.I_RGB, apply_exif_orientation=False)
+    return n, decoder, params
+
+
+# what nvimgcodec prints about the CUDA libraries its GPU backends would use (lower case)
+MISSING_CUDA = ("failed to load nvjpeg", "failed to load nvtiff", "nvimagecodec's python distribution",
+                "decoders and encoders will not be registered")
+
+
+def quietly(make):
+    """``make()`` with this process's stdout and stderr captured; every line but nvimgcodec's notes on
+    missing CUDA libraries is written to stderr after it."""
+    import sys
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 1)
+        os.dup2(captured.fileno(), 2)
+        try:
+            return make()
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            captured.seek(0)
+            lines = captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not any(m in line.lower() for m in MISSING_CUDA))
+            if kept:
+                os.write(2, kept.encode())
 
 
 def raw_box(box: Tuple[int, int, int, int], raw_w: int, raw_h: int, orientation: int):

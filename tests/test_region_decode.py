@@ -101,3 +101,38 @@ def test_forked_workers_get_their_own_decoder(tmp_path):
     with multiprocessing.get_context("fork").Pool(1) as pool:
         got, count = pool.apply(_decode_in_child, (data,))
     assert np.array_equal(got, want) and count >= 1
+
+
+def test_the_decoder_says_nothing_about_missing_cuda_libraries(tmp_path):
+    """On a machine without CUDA nvimgcodec prints six [ERROR] lines when imported: they are held back."""
+    import subprocess
+    import sys
+
+    write_image(tmp_path / "src" / "a.jpg", size=(64, 48))
+    code = ("import pixfeed, torch; ds = pixfeed.open_dataset(sys.argv[1], size=16, crop='random');"
+            "[ds[i] for i in range(len(ds))]; from pixfeed import _regiondecode as r; print(r.stats())")
+    from pixfeed import pack
+
+    pack(tmp_path / "src", tmp_path / "ds", "mmap", store="encoded")
+    done = subprocess.run([sys.executable, "-c", "import sys; " + code, str(tmp_path / "ds")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "region" in done.stdout  # the region decoder ran
+    assert "[ERROR]" not in done.stderr and "nvjpeg" not in done.stderr.lower(), done.stderr
+
+
+def test_quietly_passes_other_output_on(capfd):
+    import os
+
+    from pixfeed._regiondecode import quietly
+
+    def noisy():
+        os.write(2, b"\x1b[0;31m[ERROR] \x1b[0m[nvjpeg-ext] Failed to load nvJPEG library or retrieve version. "
+                    b"Decoders and encoders will not be registered.\n")
+        os.write(2, b"a real problem\n")
+        os.write(1, b"Failed to load nvtiff library! Please install nvTIFF\n")
+        return 7
+
+    assert quietly(noisy) == 7
+    out, err = capfd.readouterr()
+    assert err == "a real problem\n" and out == ""
