@@ -21,9 +21,10 @@ import torch
 from torch.utils.data import get_worker_info
 
 
-def seed_rngs(seed: int, epoch: int, index: int) -> None:
-    """Seed Python's, NumPy's global and torch's CPU RNG from ``(seed, epoch, index)``."""
-    py_seed, np_seed, torch_seed = np.random.SeedSequence([seed, epoch, index]).generate_state(3, np.uint64)
+def seed_rngs(seed: int, epoch: int, *indices: int) -> None:
+    """Seed Python's, NumPy's global and torch's CPU RNG from ``(seed, epoch, index)`` (a sample), or from
+    ``(seed, epoch, *indices)`` (a batch read in one call)."""
+    py_seed, np_seed, torch_seed = np.random.SeedSequence([seed, epoch, *indices]).generate_state(3, np.uint64)
     random.seed(int(py_seed))
     np.random.seed(int(np_seed) % 2**32)
     torch.default_generator.manual_seed(int(torch_seed) % 2**63)  # torch.manual_seed also seeds devices: 100x slower

@@ -65,3 +65,33 @@ def test_probing_a_sample_leaves_the_callers_rngs_alone():
     random.seed(0)
     np.random.seed(0)
     assert after == (random.random(), float(np.random.rand()), torch.rand(()).item())
+
+
+class OwnBatches(torch.utils.data.Dataset):
+    """A user's dataset that reads a batch in one call (a query), drawing a random number per sample."""
+
+    def __init__(self) -> None:
+        self.calls = {"item": 0, "items": 0}
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, index: int):
+        self.calls["item"] += 1
+        return torch.tensor([index]), torch.rand(1)
+
+    def __getitems__(self, indices):
+        self.calls["items"] += 1
+        return [(torch.tensor([i]), torch.rand(1)) for i in indices]
+
+
+def test_a_dataset_with_getitems_gets_one_call_per_batch_seeded_per_batch():
+    dataset = OwnBatches()
+    loader = make_loader(dataset, 8, num_workers=0, seed=3)
+    first = [(i.flatten().tolist(), r.flatten().tolist()) for i, r in loader]
+    assert dataset.calls == {"item": 0, "items": 3}
+    again = [(i.flatten().tolist(), r.flatten().tolist()) for i, r in make_loader(OwnBatches(), 8, num_workers=0,
+                                                                                  seed=3)]
+    assert again == first  # the same seed: the same batches and draws
+    other = [r.flatten().tolist() for _, r in make_loader(OwnBatches(), 8, num_workers=0, seed=4)]
+    assert other != [r for _, r in first]

@@ -6,7 +6,11 @@ epoch, index)``, so a random crop or transform depends on the loader's
 ``seed``, the epoch and the sample's index only: not on which worker read it,
 how many workers there are, the prefetch depth, or a resume that skipped the
 samples before it.  Each sample differs from every other, each epoch from the
-last, the same seed repeats.  A dataset declares that it draws nothing with
+last, the same seed repeats.  A user's dataset with its own ``__getitems__``
+(one call per batch: a database query, one ranged GET) keeps it: the RNGs are
+seeded once per batch from ``(seed, epoch, the batch's indices)``, so a resume
+is exact for the same batch size and world (pixfeed's own readers stay per
+sample, so their crops do not depend on the batch).  A dataset declares that it draws nothing with
 ``deterministic = True`` (pixfeed's datasets do without ``crop="random"`` or a
 ``transform``); its batches are then read with its own ``get_batch`` or
 ``__getitems__`` as before.  The epoch lives in shared memory, so persistent
@@ -32,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from pixfeed.datasets.base import ImageRecords
 from pixfeed.loaders.batch import BatchReader
 from pixfeed.loaders.collate import collate
 from pixfeed.seeds import kept_in_main, seed_rngs
@@ -60,6 +65,7 @@ class SeededSamples(Dataset):
         self.source, self.seed = source, seed
         self.dataset = source.dataset if isinstance(source, BatchReader) else source
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.batched = not isinstance(source, BatchReader) and reads_batches(source)
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
@@ -72,6 +78,10 @@ class SeededSamples(Dataset):
             return self._seeded(index)
 
     def __getitems__(self, indices: List[int]) -> Any:
+        if self.batched:  # the dataset's own batch read (a query, a ranged GET): one call, seeded per batch
+            with kept_in_main():
+                seed_rngs(self.seed, int(self._epoch[0]), *(int(i) for i in indices))
+                return self.dataset.__getitems__(indices)
         with kept_in_main():  # saving NumPy's RNG state costs 0.3 ms: once per batch, not per sample
             samples = [self._seeded(i) for i in indices]
         return tuple(collate(samples)) if isinstance(self.source, BatchReader) else samples
@@ -83,3 +93,9 @@ class SeededSamples(Dataset):
 
 def draws_randomness(dataset: Any) -> bool:
     return not getattr(dataset, "deterministic", False)
+
+
+def reads_batches(dataset: Any) -> bool:
+    """A user's dataset with its own ``__getitems__`` (pixfeed's readers are seeded per sample, so that their
+    crops do not depend on the batch size)."""
+    return callable(getattr(dataset, "__getitems__", None)) and not isinstance(dataset, ImageRecords)
