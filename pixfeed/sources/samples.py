@@ -10,7 +10,9 @@ as typed fields, their types inferred as an index file's columns are
 says; a ``mask`` or ``image`` field takes a path, bytes or an array too.
 
 ``pack_samples(fn, DST, inputs=[...])``: ``fn(input)`` yields such dicts;
-the inputs are run in ``workers`` processes (one input a task), a raising
+the inputs are run in ``workers`` forked processes (one input a task; threads
+when the calling process already runs threads, as a Ray driver does, where a
+fork could copy a held lock), a raising
 ``fn`` names its input and follows ``on_error``; then the samples are packed
 as from an iterable.  Every sample's image is held in memory as encoded bytes
 until the pack is written: for sources larger than memory, write an index
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import io
 import multiprocessing as mp
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -47,12 +51,15 @@ class SampleSource(Source):
 def from_inputs(fn: Callable, inputs: Sequence, workers: int, on_error: str) -> tuple:
     """(samples, their names, notes): ``fn`` run over ``inputs`` in ``workers`` processes."""
     items = list(enumerate(inputs))
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    if workers > 1 and len(items) > 1:  # fn reaches forked workers as it is: no need to pickle it
-        with ctx.Pool(min(workers, len(items)), initializer=_use, initargs=(fn,)) as pool:
+    _use(fn)
+    workers = min(workers, len(items))
+    if workers > 1 and threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+        with mp.get_context("fork").Pool(workers) as pool:  # fn reaches forked workers as it is: not pickled
             results = pool.map(_run, items)
+    elif workers > 1:  # threads here (a Ray driver, a server): a fork would copy their locks mid-use
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(_run, items))
     else:
-        _use(fn)
         results = [_run(item) for item in items]
     samples, names, notes = [], [], []
     for (n, value), (made, error) in zip(items, results):
