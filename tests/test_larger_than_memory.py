@@ -50,12 +50,19 @@ from pixfeed.pagecache import evict
 group, path, workers, order = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 lmdb_reader.UNMAP_EVERY = 4 << 20
 
+def read(path):
+    try:  # a thread or a process may end between listing and reading (a read-ahead thread's epoch ends)
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
 def rss_file():
     pids = [os.getpid()] + [int(p) for t in os.listdir("/proc/self/task")
-                            for p in open(f"/proc/self/task/{t}/children").read().split()]
+                            for p in read(f"/proc/self/task/{t}/children").split()]
     out = {}
     for pid in pids:
-        for line in open(f"/proc/{pid}/status"):
+        for line in read(f"/proc/{pid}/status").splitlines():
             if line.startswith("RssFile"):
                 out[pid] = int(line.split()[1]) << 10
     return out
