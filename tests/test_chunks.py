@@ -77,8 +77,11 @@ class Sizes(threading.Thread):
 
     def run(self) -> None:
         while not self.done:
-            self.most = max(self.most, sum(chunkio.held(self.folder).values()))
+            self.sample()
             time.sleep(0.003)
+
+    def sample(self) -> None:
+        self.most = max(self.most, sum(chunkio.held(self.folder).values()))
 
     def __enter__(self) -> "Sizes":
         self.start()
@@ -87,6 +90,7 @@ class Sizes(threading.Thread):
     def __exit__(self, *exc) -> None:
         self.done = True
         self.join()
+        self.sample()  # once more: a loaded machine may not have run the thread before a short epoch ended
 
 
 def epoch(loader) -> Counter:
