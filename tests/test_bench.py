@@ -61,6 +61,9 @@ def test_run_measures_every_format_and_store(run):
         assert row["read"]["images_per_s"] > 0 and row["ratio_to_ceiling"] > 0
         speedup = row["read"]["images_per_s"] / baseline["read"]["images_per_s"]
         assert row["x_baseline"] == pytest.approx(speedup, abs=0.006)
+    for name in expected:  # each format row: the dataset read directly, beside its loader
+        assert rows[name]["direct"]["images_per_s"] > 0, name
+    assert "dataset read directly (no loader), img/s" in (out / "results.md").read_text()
     source_bytes = result["config"]["source_bytes"]
     for name in expected:
         pack, stored = rows[name]["pack"], rows[name]["storage"]

@@ -66,6 +66,30 @@ def _epoch(loader, usage: ProcUsage) -> dict:
             "steady_images_per_s": round((images - n0) / rest, 1), "steady_mb_per_s": round((nbytes - b0) / rest / 1e6, 1)}
 
 
+def read_directly(dataset, batch_size: int, epochs: int) -> dict:
+    """The dataset's own reads in a plain loop, no DataLoader (what ``make_loader`` adds shows beside it):
+    ``get_batch`` over shuffled batches where the dataset has one shape, else one read per sample, or the
+    stream of an iterable dataset; the best epoch's images/s."""
+    rates = []
+    for epoch in range(max(1, epochs)):
+        images, start = 0, time.perf_counter()
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            images = sum(1 for _ in dataset)
+        else:
+            order = np.random.default_rng(epoch).permutation(len(dataset))
+            batched = getattr(dataset, "fixed_shape", None) is not None and callable(getattr(dataset, "get_batch", None))
+            for first in range(0, len(order), batch_size):
+                indices = order[first:first + batch_size].tolist()
+                if batched:
+                    dataset.get_batch(indices)
+                else:
+                    for i in indices:
+                        dataset[i]
+                images += len(indices)
+        rates.append(images / max(time.perf_counter() - start, 1e-9))
+    return {"images_per_s": round(max(rates), 1)}
+
+
 def read_epochs(make: Callable[[], torch.utils.data.DataLoader], epochs: int,
                 limit: Callable[[int], dict], before_epoch: Optional[Callable[[], None]] = None) -> dict:
     """Build a loader with ``make`` and read ``epochs`` epochs: per-epoch rates, peaks, CPU time.

@@ -17,7 +17,8 @@ from ..texttable import table
 from ..words import human_bytes, plural
 from .machine import summary
 
-READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline", "1st batch s",
+READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline",
+             "dataset read directly (no loader), img/s", "loader vs direct", "1st batch s",
              "peak RSS main/workers MB", "CPU s", "CPU vs ceiling", "workers")
 PACK_HEAD = ("format/store", "pack s", "images/s", "MB/s", "vs ceiling", "ceiling", "on disk vs source")
 
@@ -29,9 +30,10 @@ def _ceiling(c: dict) -> str:
 
 
 def _read_cells(row: dict) -> List[str]:
-    r = row["read"]
+    r, direct = row["read"], (row.get("direct") or {}).get("images_per_s")
     return [row["name"], f"{r['images_per_s']:,.0f}", f"{r['mb_per_s']:,.0f}", f"{row['ratio_to_ceiling']:.0%}",
-            _ceiling(r["ceiling"]), f"{row['x_baseline']:.1f}x", f"{r['first_batch_s']:.2f}",
+            _ceiling(r["ceiling"]), f"{row['x_baseline']:.1f}x", f"{direct:,.0f}" if direct else "-",
+            f"{r['images_per_s'] / direct:.0%}" if direct else "-", f"{r['first_batch_s']:.2f}",
             f"{r['main_peak_mb']:,.0f} / {r['workers_peak_mb']:,.0f}", f"{r['cpu_s']:.1f}", f"{row['cpu_efficiency']:.0%}",
             str(r["workers"])]
 

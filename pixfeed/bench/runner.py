@@ -36,7 +36,7 @@ from ..sources.folder import scan
 from ..sources import scan_index
 from . import ceilings, machine
 from .packing import pack_measured, storage
-from .reading import FolderDataset, plain_loader, read_epochs
+from .reading import FolderDataset, plain_loader, read_directly, read_epochs
 from .recommend import recommend
 from .targets import judge
 
@@ -156,6 +156,7 @@ class Bench:
         exact = getattr(dataset, "exact", True)
         limit = self.memcopy_limit if store == "pixels" else partial(self.decode_limit, exact=exact, max_side=max_side)
         row["read"] = self.read(dataset, self.loader, limit, files)
+        row["direct"] = read_directly(dataset, self.cfg.batch_size, self.cfg.epochs)
         shutil.rmtree(dst, ignore_errors=True)
         return row
 
