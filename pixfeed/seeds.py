@@ -9,16 +9,31 @@ the same in any DataLoader worker, with any number of workers, and again after
 a resume that skips the samples before it.  In the training process (no
 DataLoader worker) the caller's RNG states are restored afterwards, so reading
 a sample never moves them.
+
+``seeded_by_index(seed, epoch)`` does the same without touching any global
+RNG, for readers that draw every number through ``index_rng(index)`` (pixfeed's
+random crops): inside it, in the thread that entered it, ``index_rng`` is a
+NumPy generator seeded from ``(seed, epoch, index)``; outside it, None.  A
+batch can then be read in one call and still get per-sample draws, and the
+draws can be made before the samples are handed to other threads.
+
+``seed_rngs(seed, epoch, *indices)`` with a batch's indices seeds the global
+RNGs once for a whole batch (datasets read a batch at a time by their own
+``__getitems__`` or ``get_batch``).
 """
 from __future__ import annotations
 
 import random
+import threading
 from contextlib import contextmanager, nullcontext
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+
+_by_index = threading.local()
 
 
 def seed_rngs(seed: int, epoch: int, *indices: int) -> None:
@@ -54,3 +69,19 @@ def preserved_rngs() -> Iterator[None]:
             random.setstate(py_state)
             np.random.set_state(np_state)
 
+
+@contextmanager
+def seeded_by_index(seed: int, epoch: int) -> Iterator[None]:
+    """Make ``index_rng`` give per-sample generators in this thread for the block."""
+    outer = getattr(_by_index, "key", None)
+    _by_index.key = (seed, epoch)
+    try:
+        yield
+    finally:
+        _by_index.key = outer
+
+
+def index_rng(index: int) -> Optional[np.random.Generator]:
+    """Sample ``index``'s generator, from ``(seed, epoch, index)``, inside ``seeded_by_index``; else None."""
+    key = getattr(_by_index, "key", None)
+    return None if key is None else np.random.default_rng([*key, index])

@@ -65,12 +65,14 @@ class ProcUsage:
     main_peak_reset: bool = False
     workers_peak_mb: float = 0.0
     workers_seen: Set[str] = field(default_factory=set)
+    _before: Set[str] = field(default_factory=set)  # children already running at start (an earlier loader's)
     _cpu0: tuple = (0.0, 0.0)
     _main_cpu: Optional[float] = None
     _last: float = 0.0
 
     def start(self) -> "ProcUsage":
         self.main_peak_reset = _reset_peak()
+        self._before = set(children())
         self._cpu0 = (_cpu_s(resource.RUSAGE_SELF), _cpu_s(resource.RUSAGE_CHILDREN))
         return self
 
@@ -80,7 +82,7 @@ class ProcUsage:
         if not force and now - self._last < SAMPLE_EVERY_S:
             return
         self._last = now
-        pids = children()
+        pids = [pid for pid in children() if pid not in self._before]
         self.workers_seen.update(pids)
         together = sum(mb for mb in map(_hwm_mb, pids) if mb is not None)
         self.workers_peak_mb = max(self.workers_peak_mb, together)

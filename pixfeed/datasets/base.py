@@ -54,7 +54,7 @@ from ..chunkfile import ChunkFile
 from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
 from ..storage import Store, is_url, join, local_path
-from .fieldvalues import FieldValues, torch_rng
+from .fieldvalues import FieldValues, sample_rng
 
 
 class ImageRecords(FieldValues):
@@ -189,6 +189,12 @@ class ImageRecords(FieldValues):
         return self.crop != "random" and self.transform is None
 
     @property
+    def rng_per_sample(self) -> bool:
+        """True when every number reading draws comes from ``sample_rng(index)`` (a random crop, no
+        ``transform``): the loader then seeds per sample inside one batched read."""
+        return self.crop == "random" and self.transform is None
+
+    @property
     def cpu_bound(self) -> bool:
         """False when reading needs no per-sample CPU work beyond a copy."""
         return not (self.store == "pixels" and self.transform is None and self.crop == "center"
@@ -200,15 +206,17 @@ class ImageRecords(FieldValues):
         H, W = self.size or (h, w)
         return None if H > h or W > w else center_slices(h, w, (H, W))
 
-    def pixels(self, stored, i: int) -> np.ndarray:
-        """Stored record -> HxWx3 uint8 array at the requested size and crop."""
+    def pixels(self, stored, i: int, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+        """Stored record -> HxWx3 uint8 array at the requested size and crop (a random crop drawn
+        from ``rng``, by default ``sample_rng(i)``)."""
+        if self.crop == "random" and rng is None:
+            rng = sample_rng(i)
         if self.store == "encoded":
-            rng = torch_rng() if self.crop == "random" else None
             return decode(bytes(stored), size=self.size, crop=self.crop, crop_ratio=self.crop_ratio, rng=rng,
                           where=Location(self.where, i), exact=self.exact)
         if self.crop == "random":
             from PIL import Image
-            return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, torch_rng()))
+            return np.asarray(random_resized_crop(Image.fromarray(np.asarray(stored)), self.size, rng))
         crop = self._slice_crop()
         if crop is not None:
             return stored[crop]

@@ -20,11 +20,14 @@ from ..errors import CorruptDataError, Location
 from ..fields import codec, picture
 from ..fields.array import transform
 from ..geometry import Plan
+from ..seeds import index_rng
 
 
-def torch_rng() -> np.random.Generator:
-    """A NumPy generator drawn from torch's RNG, so DataLoader worker seeding governs it."""
-    return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+def sample_rng(i: int) -> np.random.Generator:
+    """Record ``i``'s generator for a random crop: from (seed, epoch, i) when the loader seeds by index
+    (``seeds.seeded_by_index``), else drawn from torch's RNG, so DataLoader worker seeding governs it."""
+    rng = index_rng(i)
+    return rng if rng is not None else np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
 
 
 class FieldValues:
@@ -43,7 +46,7 @@ class FieldValues:
         """The sample's geometry (drawing a random crop's numbers), or None when nothing is resized."""
         if self.size is None or not self._geometric():
             return None
-        rng = torch_rng() if self.crop == "random" else None
+        rng = sample_rng(i) if self.crop == "random" else None
         if self.store == "encoded":
             w, h = oriented_size(bytes(stored), Location(self.where, i))
             return geometry.plan(w, h, self.size, "crop", self.crop, rng, self.crop_ratio)

@@ -11,8 +11,11 @@ Two ways to read a record, chosen when a process opens the dataset
   being mapped into the process, so its RSS stays flat however much of the
   dataset it reads, and the kernel reclaims them without unmapping anything.
 
-Either way each record is hashed right after its copy, while it is still in
-the CPU cache (checking a batch after gathering it read it from memory twice).
+Mapped pixels are gathered in one ``numpy.take`` per batch and then hashed
+record by record (224x224 batches of 64, warm, one core: 76k images/s with
+checksums against 65k copying and hashing record by record, whose Python per
+record cost more than reading the batch from the CPU's cache twice); read
+records are hashed right after each read.
 Labels, checksums and offsets (16-24 bytes a record) are memory-mapped.
 """
 from __future__ import annotations
@@ -60,15 +63,20 @@ class MmapImageDataset(MapImageDataset):
         return idx, stored, labels
 
     def read_stored(self, indices: np.ndarray, check: bool = False):
-        """(records, labels, checksums); with ``check``, each record is hashed just after its copy
-        (CorruptDataError on a mismatch)."""
+        """(records, labels, checksums); with ``check``, each record is hashed (CorruptDataError on a
+        mismatch)."""
         h = self.handle
         checksums = h["checksums"][indices]
         if self.store == "pixels":
             stored = np.empty((len(indices), *self.stored_shape), np.uint8)
-            for j, i in enumerate(indices):
-                self._copy_row(h, int(i), stored[j])  # releases the GIL: a reader thread overlaps
-                self._check(check, stored[j], checksums[j], int(i))
+            if "map" in h:  # one gather (releases the GIL); mode="clip": the indices are checked, out unbuffered
+                np.take(h["map"], indices, axis=0, out=stored, mode="clip")
+                for j in range(len(indices)) if check else ():
+                    self._check(check, stored[j], checksums[j], int(indices[j]))
+            else:
+                for j, i in enumerate(indices):
+                    self._copy_row(h, int(i), stored[j])
+                    self._check(check, stored[j], checksums[j], int(i))
         else:
             stored = [self._record(h, int(i)) for i in indices]
             for j, i in enumerate(indices):
@@ -103,9 +111,7 @@ class MmapImageDataset(MapImageDataset):
         return cache[name]
 
     def _copy_row(self, h: dict, i: int, out: np.ndarray) -> None:
-        if "map" in h:
-            out[...] = h["map"][i]
-        elif readinto_at(h["file"], out, h["base"] + i * out.nbytes) != out.nbytes:
+        if readinto_at(h["file"], out, h["base"] + i * out.nbytes) != out.nbytes:
             raise self._short(i)
 
     def _record(self, h: dict, i: int):

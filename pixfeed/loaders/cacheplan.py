@@ -41,13 +41,6 @@ def dataset_bytes(dataset: Any) -> Optional[int]:
     return sum(meta["bytes"] for meta in manifest["files"].values())
 
 
-def record_extents(dataset: Any, io_ahead: Any) -> Optional[Extents]:
-    """The dataset's record byte ranges when read-ahead may use them (not asked for with io_ahead=0)."""
-    if io_ahead in (0, False) or not callable(getattr(dataset, "record_extents", None)):
-        return None
-    return dataset.record_extents()
-
-
 def choose_storage(nbytes: Optional[int], room: Optional[int]) -> tuple:
     if nbytes is None or room is None:
         return "unknown", "dataset size or free memory unknown"

@@ -7,7 +7,9 @@ Order and epochs: map-style datasets always go through torch's
 ``DistributedSampler`` order (``sampler.ResumableSampler``, a
 ``split.EpochSampler`` that can start part-way through an epoch, with one
 replica when not distributed), so the order of epoch ``e`` is a function of
-``(seed, e)`` alone; random augmentations are seeded per sample (``seeding.py``).
+``(seed, e)`` alone; random augmentations are seeded per sample or per batch (``seeding.py``).
+Read-ahead hints and the in-process reader thread are turned on or off when
+each epoch starts (``epochplan.py``).
 ``PixfeedLoader`` resolves the world and calls ``set_epoch`` on the sampler, and
 on the dataset when it has one, each time iteration starts, counting epochs
 itself; call ``loader.set_epoch(e)`` to resume at epoch ``e`` (a framework's
@@ -34,7 +36,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from pixfeed.cpus import available_cpus
 from pixfeed.pagecache import Extents
 from pixfeed.errors import OptionError, require_int
-from pixfeed.loaders import cacheplan, fetchplan, plan as rules
+from pixfeed.loaders import cacheplan, epochplan, fetchplan, plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead
 from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.plan import Auto, LoaderPlan
@@ -42,7 +44,7 @@ from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders import resume
 from pixfeed.loaders.progress import POLL, RecordedSampler, SplitSampler
-from pixfeed.loaders.seeding import SeededSamples, WorkerSeeder, draws_randomness
+from pixfeed.loaders.seeding import WorkerSeeder, seeded
 from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
 from pixfeed.loaders.watchdog import watched
@@ -93,6 +95,7 @@ class PixfeedLoader(DataLoader):
         if sampler is not None:
             sampler.start(self.epoch)
         point = resume.begin_epoch(self, self.epoch)
+        epochplan.decide(self)
         self.epoch += 1
         batches = watched(self, super().__iter__)
         batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
@@ -155,27 +158,36 @@ def make_loader(
         require_int("seed", seed, 0)
     _check_batchable(dataset, batch_size)
     world = World.detect(distributed)
-    extents = None if isinstance(dataset, IterableDataset) else cacheplan.record_extents(dataset, io_ahead)
+    extents = _record_extents(dataset)
+    hinted = None if io_ahead in (0, False) else extents  # the records read-ahead may request
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead)
     plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
-    cacheplan.plan_memory(plan, dataset, extents, io_ahead, order, shuffle, batch_size)
+    cacheplan.plan_memory(plan, dataset, hinted, io_ahead, order, shuffle, batch_size)
+    epochplan.prepare(plan, dataset, extents)
     if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
         torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
     source = BatchReader(dataset) if plan.path == "batch" else dataset
-    if not isinstance(dataset, IterableDataset) and draws_randomness(dataset):
-        source = SeededSamples(source, seed or 0)
+    if not isinstance(dataset, IterableDataset):
+        source, plan.seeding, plan.reasons["seeding"] = seeded(source, dataset, seed)
     loader = PixfeedLoader(
         source,
         batch_size=batch_size,
         drop_last=drop_last,
         pixfeed_plan=plan,
         distributed=distributed,
-        **_ordering(source, plan, shuffle, drop_last, seed, distributed, extents),
+        **_ordering(source, plan, shuffle, drop_last, seed, distributed, hinted),
         **_workers(plan, seed),
     )
-    fetchplan.attach(loader, dataset, extents)  # a bucket dataset read through chunks: fetch in this order
+    fetchplan.attach(loader, dataset, hinted)  # a bucket dataset read through chunks: fetch in this order
     return loader
+
+
+def _record_extents(dataset: Any) -> Optional[Extents]:
+    """Where the dataset's records lie in its files (pixfeed's map-style readers), else None."""
+    if isinstance(dataset, IterableDataset) or not callable(getattr(dataset, "record_extents", None)):
+        return None
+    return dataset.record_extents()
 
 
 def _check_batchable(dataset: Any, batch_size: int) -> None:
@@ -218,7 +230,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     return LoaderPlan(
         path=path,
         num_workers=workers,
-        read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead, torch.cuda.is_available())),
+        read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead, workers, torch.cuda.is_available())),
         pin_memory=take("pin_memory", rules.choose_pin_memory(pin_memory)),
         persistent_workers=take("persistent_workers", rules.choose_persistent(persistent_workers, workers, dataset)),
         prefetch_factor=prefetch,

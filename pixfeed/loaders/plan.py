@@ -17,9 +17,13 @@
   batch in a thread, which pays when every step blocks (a loop that calls
   ``loss.item()``, or a CPU step that releases the GIL: ``loader_paths.py
   --step-ms 3``, 1.3x).  By default the in-process read already overlaps a GPU
-  step, whose kernels run asynchronously, and a reader thread competing for the
-  GIL made epochs erratic (7k to 53k images/s for the same 500 images) and can
-  delay the training loop's own Python.
+  step, whose kernels run asynchronously; without CUDA the steps run on the
+  same CPUs as the reads; workers read ahead anyway.  A reader thread competing
+  for the GIL made epochs erratic (7k to 53k images/s for the same 500 images)
+  and can delay the training loop's own Python.
+* ``hints``, ``reader_thread`` (read-ahead hints and the in-process reader's
+  helper thread): decided when each epoch starts, from the page cache
+  (``epochplan.py``); ``seeding``: ``seeding.py``.
 * ``pin_memory``: when CUDA is available.
 * ``persistent_workers``: whenever there are workers, except for datasets with
   ``set_epoch`` that keep the epoch in a plain attribute, which the copies in
@@ -39,7 +43,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple, Union
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch.utils.data import IterableDataset
@@ -78,11 +83,17 @@ class LoaderPlan:
     quasi: Optional[Tuple[int, int]] = None
     drop_behind: Optional[int] = None
     fetch: Optional[Dict[str, Any]] = None  # a chunk-cached bucket dataset's fetch plan (fetchplan.py)
+    seeding: str = "none"  # how random draws are seeded (seeding.py)
+    hints: Optional[bool] = None  # this epoch's read-ahead hints, and its in-process reader thread (epochplan.py)
+    reader_thread: Optional[bool] = None
+    files: List[Path] = field(default_factory=list)  # whose page-cache residency decides them
+    blocking: Optional[str] = None  # why a read may wait on storage whatever is cached, or None
     reasons: Dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         names = ("path", "num_workers", "read_ahead", "pin_memory", "persistent_workers",
-                 "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead", "order")
+                 "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead", "order",
+                 "hints", "reader_thread", "seeding")
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]
         head = f"pixfeed loader plan (rank {self.world.rank} of {self.world.size}, {self.cpus} usable CPUs):"
         return "\n".join([head, *rows])
@@ -134,9 +145,11 @@ def choose_stall_timeout(requested: Any) -> Choice:
     return float(requested), reason
 
 
-def choose_read_ahead(requested: Auto, cuda: bool) -> Choice:
+def choose_read_ahead(requested: Auto, workers: int, cuda: bool) -> Choice:
     if requested != "auto":
         return check_bool("read_ahead", requested), CALLER
+    if workers:
+        return False, "off: the workers read ahead (prefetch_factor)"
     if cuda:
         return False, "off: CUDA steps are asynchronous, so in-process reads already overlap the GPU"
     return False, ("off: no CUDA device, so the training step runs on these CPUs; a reader thread would take "

@@ -30,7 +30,8 @@ batches in flight.  The thread starts on the epoch's first index, after the
 DataLoader has started its workers, and stops when the epoch's indices run out
 or the iteration is dropped.  It needs the byte ranges of records
 (``record_extents()``: pixfeed's mmap, LMDB and HDF5 readers); other datasets
-are read without it.
+are read without it.  ``active`` turns it off for an epoch (``epochplan.py``:
+when every page of the dataset is in the page cache already).
 """
 from __future__ import annotations
 
@@ -52,9 +53,12 @@ class Hinter:
 
     def __init__(self, extents: Extents, budget: int, drop_behind: Optional[int] = None) -> None:
         self.extents, self.budget, self.drop_behind = extents, budget, drop_behind
+        self.active = True  # off for an epoch whose records are all in the page cache (epochplan.py)
 
     def follow(self, indices: np.ndarray) -> Iterator[int]:
-        idx = np.asarray(indices)
+        return self._requested(np.asarray(indices)) if self.active else as_ints(indices)
+
+    def _requested(self, idx: np.ndarray) -> Iterator[int]:
         requests = _Requests(self.extents, idx, self.budget, self.drop_behind)
         requests.start()
         try:

@@ -1,24 +1,35 @@
-"""Random seeds: per sample for map-style datasets, per worker for everything else.
+"""Random seeds: per sample or per batch for map-style datasets, per worker for everything else.
 
-Map-style datasets (``SeededSamples``): ``make_loader`` reads every sample of a
-dataset that may draw random numbers inside ``pixfeed.seeds.sample_rngs(seed,
-epoch, index)``, so a random crop or transform depends on the loader's
-``seed``, the epoch and the sample's index only: not on which worker read it,
-how many workers there are, the prefetch depth, or a resume that skipped the
-samples before it.  Each sample differs from every other, each epoch from the
-last, the same seed repeats.  A user's dataset with its own ``__getitems__``
-(one call per batch: a database query, one ranged GET) keeps it: the RNGs are
-seeded once per batch from ``(seed, epoch, the batch's indices)``, so a resume
-is exact for the same batch size and world (pixfeed's own readers stay per
-sample, so their crops do not depend on the batch).  A dataset declares that it draws nothing with
-``deterministic = True`` (pixfeed's datasets do without ``crop="random"`` or a
-``transform``); its batches are then read with its own ``get_batch`` or
-``__getitems__`` as before.  The epoch lives in shared memory, so persistent
-workers see ``set_epoch``.  Without workers the reading happens in the training
-process, whose RNG states are saved and restored around each batch; the
-process-wide RNGs are shared by its threads, so with ``read_ahead=True`` (a
-reader thread running beside the training loop) crops stay per-sample only if
-the training loop draws nothing from them meanwhile.
+Map-style datasets (``SeededSamples``, chosen by ``choose_seeding``): the
+random numbers a dataset draws while it is read depend on the loader's
+``seed``, the epoch and what is read only: not on which worker read it, how
+many workers there are, the prefetch depth, or a resume that skipped the
+samples before it.  Each epoch differs from the last, the same seed repeats.
+How, by what the dataset says of itself:
+
+* ``deterministic = True``: it draws nothing (pixfeed's datasets without
+  ``crop="random"`` or a ``transform``); read as it is, no wrapper.
+* ``rng_per_sample`` true (pixfeed's random crops without a ``transform``):
+  every number comes from the record's own generator, seeded from (seed, epoch,
+  index) (``pixfeed.seeds.seeded_by_index``), so a batch is still read in one
+  call and each crop is a function of its sample alone.
+* a user's dataset with its own ``__getitems__`` (one call per batch: a
+  database query, one ranged GET): one call per batch, the global RNGs
+  (Python's, NumPy's, torch's) seeded once from (seed, epoch, the batch's
+  indices).  A resume is
+  exact for the same batch size and world size (the batches are then the same
+  sets of indices); on another world size the draws differ from an
+  uninterrupted run's, still one per batch.
+* any other dataset (pixfeed's readers with a ``transform`` included, so their
+  draws do not depend on the batch size): each sample read alone with the global RNGs seeded from
+  (seed, epoch, index) (``pixfeed.seeds.seed_rngs``).
+
+The epoch lives in shared memory, so persistent workers see ``set_epoch``.
+Without workers the reading happens in the training process, whose RNG states
+are saved and restored around each batch; the process-wide RNGs are shared by
+its threads, so with ``read_ahead=True`` (a reader thread running beside the
+training loop) global draws stay seeded only if the training loop draws nothing
+from them meanwhile (per-sample generators have no such limit).
 
 Workers (``WorkerSeeder``): the DataLoader draws a base seed from its generator
 (seeded with ``seed``) each time worker processes start; worker ``w`` sees
@@ -30,7 +41,7 @@ dataset's own) differ per worker, rank and epoch and repeat for the same seed.
 from __future__ import annotations
 
 import random
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -39,7 +50,9 @@ from torch.utils.data import Dataset
 from pixfeed.datasets.base import ImageRecords
 from pixfeed.loaders.batch import BatchReader
 from pixfeed.loaders.collate import collate
-from pixfeed.seeds import kept_in_main, seed_rngs
+from pixfeed.seeds import kept_in_main, seed_rngs, seeded_by_index
+
+NONE, INDEX, BATCH, SAMPLE = "none", "per sample, batched read", "per batch", "per sample"
 
 
 class WorkerSeeder:
@@ -56,16 +69,26 @@ class WorkerSeeder:
         torch.manual_seed(int(torch_seed) % 2**63)
 
 
+def choose_seeding(dataset: Any) -> Tuple[str, str]:
+    """(mode, reason) for a map-style ``dataset`` (see the module's docstring)."""
+    if getattr(dataset, "deterministic", False):
+        return NONE, "the dataset draws no random numbers (deterministic = True)"
+    if getattr(dataset, "rng_per_sample", False):
+        return INDEX, "random crops from each record's generator, seeded from (seed, epoch, index); one read per batch"
+    if callable(getattr(dataset, "__getitems__", None)) and not isinstance(dataset, ImageRecords):
+        return BATCH, "one __getitems__ call per batch, RNGs seeded from (seed, epoch, the batch's indices)"
+    return SAMPLE, "RNGs seeded from (seed, epoch, index) for each sample (deterministic = True skips it)"
+
+
 class SeededSamples(Dataset):
-    """Reads each sample of ``source`` (a dataset or a ``BatchReader``) with RNGs seeded per sample."""
+    """Reads ``source`` (a dataset or a ``BatchReader``) with seeds as ``mode`` says."""
 
     epoch_in_shared_memory = True
 
-    def __init__(self, source: Any, seed: int) -> None:
-        self.source, self.seed = source, seed
+    def __init__(self, source: Any, seed: int, mode: str) -> None:
+        self.source, self.seed, self.mode = source, seed, mode
         self.dataset = source.dataset if isinstance(source, BatchReader) else source
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.batched = not isinstance(source, BatchReader) and reads_batches(source)
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
@@ -78,24 +101,27 @@ class SeededSamples(Dataset):
             return self._seeded(index)
 
     def __getitems__(self, indices: List[int]) -> Any:
-        if self.batched:  # the dataset's own batch read (a query, a ranged GET): one call, seeded per batch
-            with kept_in_main():
-                seed_rngs(self.seed, int(self._epoch[0]), *(int(i) for i in indices))
-                return self.dataset.__getitems__(indices)
+        epoch = int(self._epoch[0])
+        if self.mode == INDEX:
+            with seeded_by_index(self.seed, epoch):
+                return self._batch(indices)
         with kept_in_main():  # saving NumPy's RNG state costs 0.3 ms: once per batch, not per sample
+            if self.mode == BATCH:
+                seed_rngs(self.seed, epoch, *map(int, indices))
+                return self._batch(indices)
             samples = [self._seeded(i) for i in indices]
         return tuple(collate(samples)) if isinstance(self.source, BatchReader) else samples
+
+    def _batch(self, indices: List[int]) -> Any:
+        getitems = getattr(self.source, "__getitems__", None)
+        return getitems(indices) if callable(getitems) else [self.source[i] for i in indices]
 
     def _seeded(self, index: int) -> Any:
         seed_rngs(self.seed, int(self._epoch[0]), int(index))
         return self.dataset[index]
 
 
-def draws_randomness(dataset: Any) -> bool:
-    return not getattr(dataset, "deterministic", False)
-
-
-def reads_batches(dataset: Any) -> bool:
-    """A user's dataset with its own ``__getitems__`` (pixfeed's readers are seeded per sample, so that their
-    crops do not depend on the batch size)."""
-    return callable(getattr(dataset, "__getitems__", None)) and not isinstance(dataset, ImageRecords)
+def seeded(source: Any, dataset: Any, seed: Optional[int]) -> Tuple[Any, str, str]:
+    """(what the DataLoader reads, mode, reason): ``source`` itself or wrapped in ``SeededSamples``."""
+    mode, reason = choose_seeding(dataset)
+    return (source if mode == NONE else SeededSamples(source, seed or 0, mode)), mode, reason

@@ -4,7 +4,8 @@ A training job that hangs costs more than one that fails.  ``watched`` wraps
 torch's iterator so that no wait on a reader goes unchecked:
 
 * **in process**: ``guard.Guarded`` (a helper thread reads, the caller's wait
-  is bounded).
+  is bounded), unless the epoch's plan says a read cannot wait on storage
+  (``epochplan.py``: a warm local dataset), where the loop reads directly.
 * **workers**: torch's DataLoader gets ``timeout=POLL``, so a dead worker is
   found within ``POLL`` seconds (torch's SIGCHLD handler is taken off: it
   raises wherever the training thread happens to be, unnamed) and
@@ -54,7 +55,9 @@ def watched(loader: Any, start: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         if error.errno != errno.ENOSPC:
             raise
         raise SharedMemoryError(f"the DataLoader workers could not start: {_shortage(loader)}") from error
-    return Workers(batches, loader) if loader.num_workers else Guarded(batches, loader)
+    if loader.num_workers:
+        return Workers(batches, loader)
+    return Guarded(batches, loader) if plan.reader_thread else batches
 
 
 def _without_sigchld_errors(batches: Any) -> None:
