@@ -28,13 +28,12 @@ import numpy as np
 from ..checksum import record_hash
 from ..cpus import available_cpus
 from ..errors import OptionError, SourceError
-from . import interrupt
+from . import forkpool, interrupt
 from .fieldparts import FieldParts
 from .records import Record, load_record
 from .writer import TaskResult, Writer
 
 EXECUTORS = ("local", "ray")
-_WRITER: Optional[Writer] = None
 
 
 def run_task(writer: Writer, task: int, indices) -> TaskResult:
@@ -102,23 +101,16 @@ class Executor:
         raise NotImplementedError
 
 
-def _init_worker(writer: Writer, parent: int) -> None:
-    """Pool workers leave Ctrl-C to the main process (which terminates them), die on SIGTERM
-    whatever handlers the parent had installed before forking, and die with the parent."""
-    global _WRITER
+def _init_worker(parent: int) -> None:
+    """Pool workers leave Ctrl-C to the main process (which kills them), die on SIGTERM whatever
+    handlers the parent had installed before forking, and die with the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupt.SIGNALS)
     interrupt.die_with_parent(parent)
-    _WRITER = writer
-
-
-def _pool_task(job) -> TaskResult:
-    return run_task(_WRITER, *job)
 
 
 class LocalExecutor(Executor):
-    """A process pool of ``workers`` on this machine (forked after ``writer.begin``)."""
+    """``workers`` forked processes on this machine (after ``writer.begin``; ``forkpool.py``)."""
 
     def __init__(self, workers: Optional[int] = None) -> None:
         self.slots = workers or available_cpus()
@@ -129,15 +121,11 @@ class LocalExecutor(Executor):
         if workers == 1:
             yield from (run_task(writer, *job) for job in jobs)
             return
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with interrupt.deferred():  # a worker starts with the signals blocked until its handlers are set
-            pool = ctx.Pool(workers, initializer=_init_worker, initargs=(writer, os.getpid()))
-        try:
-            yield from pool.imap_unordered(_pool_task, jobs)
-            pool.close()
-            pool.join()
-        finally:
-            pool.terminate()
+        if "fork" not in mp.get_all_start_methods():
+            raise OptionError("--executor local needs fork (Linux, macOS); use --workers 1 or --executor ray")
+        parent = os.getpid()
+        yield from forkpool.imap_unordered(lambda job: run_task(writer, *job), jobs, workers,
+                                           init=lambda: _init_worker(parent))
 
 
 def make_executor(name, workers: Optional[int] = None, address: Optional[str] = None,

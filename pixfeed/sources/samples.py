@@ -51,16 +51,17 @@ class SampleSource(Source):
 def from_inputs(fn: Callable, inputs: Sequence, workers: int, on_error: str) -> tuple:
     """(samples, their names, notes): ``fn`` run over ``inputs`` in ``workers`` processes."""
     items = list(enumerate(inputs))
-    _use(fn)
     workers = min(workers, len(items))
     if workers > 1 and threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(workers) as pool:  # fn reaches forked workers as it is: not pickled
-            results = pool.map(_run, items)
+        from ..packers.forkpool import imap_unordered  # fn reaches forked workers as it is: not pickled
+
+        done = dict(imap_unordered(lambda item: (item[0], _run(fn, item)), items, workers))
+        results = [done[n] for n, _ in items]
     elif workers > 1:  # threads here (a Ray driver, a server): a fork would copy their locks mid-use
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(_run, items))
+            results = list(pool.map(lambda item: _run(fn, item), items))
     else:
-        results = [_run(item) for item in items]
+        results = [_run(fn, item) for item in items]
     samples, names, notes = [], [], []
     for (n, value), (made, error) in zip(items, results):
         if error is not None:
@@ -79,18 +80,10 @@ def function_name(fn: Callable) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__qualname__
 
 
-_FN: Optional[Callable] = None
-
-
-def _use(fn: Callable) -> None:
-    global _FN
-    _FN = fn
-
-
-def _run(item) -> tuple:
+def _run(fn: Callable, item) -> tuple:
     """``fn(input)``'s samples, pictures as bytes, or the error it raised."""
     try:
-        return [_portable(s) for s in _FN(item[1])], None
+        return [_portable(s) for s in fn(item[1])], None
     except Exception as e:  # noqa: BLE001 - the user's function: named, then on_error
         return [], f"{type(e).__name__}: {e}"
 
