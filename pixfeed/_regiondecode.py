@@ -25,13 +25,14 @@ a failure, so ``quietly`` captures that output and passes on only other lines.
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from typing import Optional, Tuple
 
 import numpy as np
 
 _STATS: Counter = Counter()
-_decoder = {"pid": None, "codec": None}  # one decoder per process: never used across fork
+_decoder = threading.local()  # one decoder per thread (one is not thread-safe) and process (never across fork)
 
 
 def available() -> bool:
@@ -56,9 +57,9 @@ def count(what: str) -> None:
 
 
 def _codec():
-    if _decoder["pid"] != os.getpid():
-        _decoder.update(pid=os.getpid(), codec=quietly(_make_codec))
-    return _decoder["codec"]
+    if getattr(_decoder, "pid", None) != os.getpid():
+        _decoder.codec, _decoder.pid = quietly(_make_codec), os.getpid()
+    return _decoder.codec
 
 
 def _make_codec():

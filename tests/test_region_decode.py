@@ -103,6 +103,20 @@ def test_forked_workers_get_their_own_decoder(tmp_path):
     assert np.array_equal(got, want) and count >= 1
 
 
+def test_threads_get_their_own_decoder(tmp_path, capfd):
+    """One nvimgcodec decoder is not thread-safe (shared, it printed 'Broken promise' and fell back)."""
+    from concurrent.futures import ThreadPoolExecutor
+    data = jpeg(tmp_path, (301, 213))
+    crops = lambda k: decode(data, size=(48, 40), crop="random", rng=np.random.default_rng(k))  # noqa: E731
+    want = [crops(k) for k in range(64)]
+    before = _regiondecode.stats().get("region", 0)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(crops, range(64)))
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert _regiondecode.stats().get("region", 0) > before  # the threads decoded regions, not fallbacks
+    assert "nvimgcodec" not in capfd.readouterr().err
+
+
 def test_the_decoder_says_nothing_about_missing_cuda_libraries(tmp_path):
     """On a machine without CUDA nvimgcodec prints six [ERROR] lines when imported: they are held back."""
     import subprocess

@@ -46,7 +46,7 @@ import torch
 from ..checksum import record_hash
 from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
 from ..geometry import center_slices, check_crop_ratio
-from .. import keyindex
+from .. import decodepool, keyindex
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, Location, OptionError
 from ..chunkcache import TIMEOUT
 from ..chunked import open_remote
@@ -303,14 +303,15 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         """{name: stored bytes} of the fields ``names`` of valid ``indices``, checksums checked."""
         raise NotImplementedError
 
-    def get_batch(self, indices: Sequence[int]) -> Tuple[torch.Tensor, ...]:
+    def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[torch.Tensor, ...]:
         """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels); with
         ``fields=`` (a tuple with the image, and no field that follows its geometry), the fields in
-        that order, each collated as ``make_loader`` collates them."""
+        that order, each collated as ``make_loader`` collates them.  ``threads``: decode the batch's
+        images on that many threads (``pixfeed.decodepool``; make_loader's ``decode_threads``)."""
         if self.fixed_shape is None:
             raise DatasetError(f"{self.path}: images have different sizes (pass size=), or fields={self.fields} "
                                "need per-sample reads; read it by index or through make_loader")
-        idx, images, labels = self._image_batch(indices)
+        idx, images, labels = self._image_batch(indices, threads)
         if self.default_fields:
             return images, labels
         raw = self.read_fields(idx, [n for n in self.fields if n not in BUILTIN])
@@ -320,7 +321,7 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
                 columns[f.name] = codec.column([codec.decode(f, r[f.name]) for r in raw])
         return tuple(columns[n] for n in self.fields)
 
-    def _image_batch(self, indices: Sequence[int]) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    def _image_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         shape = self.fixed_shape
         idx, stored, labels = self.read_checked(indices)
         if isinstance(stored, np.ndarray) and not self.cpu_bound:
@@ -330,8 +331,11 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
                 batch = np.ascontiguousarray(batch)
         else:
             batch = np.empty((len(idx), shape[1], shape[2], 3), dtype=np.uint8)
-            for j, (s, i) in enumerate(zip(stored, idx)):
-                batch[j] = self.pixels(s, int(i))
+            rngs = [sample_rng(int(i)) if self.crop == "random" else None for i in idx]  # drawn here, in order
+
+            def one(j: int) -> None:
+                batch[j] = self.pixels(stored[j], int(idx[j]), rngs[j])
+            decodepool.run(one, len(idx), threads)
         images = torch.from_numpy(batch).permute(0, 3, 1, 2)
         if self.transform is not None:
             images = torch.stack([self.transform(x) for x in images])

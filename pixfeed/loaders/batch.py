@@ -11,7 +11,9 @@ workers alike (``plan.choose_path``).
 Where the batch is read is the plan's choice (``plan.choose_workers``): stored
 pixels in the training process, because a worker would copy every batch into
 fresh shared memory, which costs more than the read itself
-(``benchmarks/loader_paths.py``); decoding datasets in workers.
+(``benchmarks/loader_paths.py``); decoding datasets in workers, or, without
+workers, on a pool of threads in the training process
+(``plan.choose_decode_threads``).
 ``ReadAhead`` reads the next batches in a thread; NumPy copies release the GIL,
 so it overlaps reading with a training step that blocks.  It is off unless
 ``read_ahead=True`` (``plan.choose_read_ahead`` says why).
@@ -35,10 +37,11 @@ def supports_batches(dataset: Any) -> bool:
 
 
 class BatchReader(Dataset):
-    """Wraps a dataset with ``get_batch``; DataLoader then reads one batch per call."""
+    """Wraps a dataset with ``get_batch``; DataLoader then reads one batch per call, its images
+    decoded on ``threads`` threads (``plan.choose_decode_threads``)."""
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
+    def __init__(self, dataset: Any, threads: int = 1) -> None:
+        self.dataset, self.threads = dataset, threads
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -47,6 +50,8 @@ class BatchReader(Dataset):
         return self.dataset[index]
 
     def __getitems__(self, indices: List[int]) -> Batch:
+        if self.threads > 1:
+            return self.dataset.get_batch(indices, threads=self.threads)
         return self.dataset.get_batch(indices)
 
 

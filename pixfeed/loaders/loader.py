@@ -136,6 +136,7 @@ def make_loader(
     stall_timeout: float = rules.STALL_TIMEOUT,
     order: str = "random",
     io_ahead: Auto = "auto",
+    decode_threads: Auto = "auto",
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
@@ -144,7 +145,9 @@ def make_loader(
     (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
     any other iterable dataset refuses them.  ``order="quasi_random"`` shuffles chunks of
     consecutive records instead, for datasets larger than memory; ``io_ahead`` is the bytes of
-    records requested from storage ahead of the reader (``cacheplan.py``).
+    records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
+    decodes each batch's images on that many threads where they are read (by default all usable
+    CPUs when there are no workers).
 
     ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
     if num_workers == "tune":
@@ -161,13 +164,13 @@ def make_loader(
     extents = _record_extents(dataset)
     hinted = None if io_ahead in (0, False) else extents  # the records read-ahead may request
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
-                       persistent_workers, prefetch_factor, read_ahead)
+                       persistent_workers, prefetch_factor, read_ahead, decode_threads)
     plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
     cacheplan.plan_memory(plan, dataset, hinted, io_ahead, order, shuffle, batch_size)
     epochplan.prepare(plan, dataset, extents)
     if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
         torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
-    source = BatchReader(dataset) if plan.path == "batch" else dataset
+    source = BatchReader(dataset, plan.decode_threads) if plan.path == "batch" else dataset
     if not isinstance(dataset, IterableDataset):
         source, plan.seeding, plan.reasons["seeding"] = seeded(source, dataset, seed)
     loader = PixfeedLoader(
@@ -200,7 +203,8 @@ def _check_batchable(dataset: Any, batch_size: int) -> None:
 
 
 def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, num_workers: Auto,
-                pin_memory: Auto, persistent_workers: Auto, prefetch_factor: Auto, read_ahead: Auto) -> LoaderPlan:
+                pin_memory: Auto, persistent_workers: Auto, prefetch_factor: Auto, read_ahead: Auto,
+                decode_threads: Auto = "auto") -> LoaderPlan:
     reasons: Dict[str, str] = {}
 
     def take(name: str, choice: rules.Choice) -> Any:
@@ -227,9 +231,11 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
         asked = num_workers != "auto" or prefetch_factor != "auto" or persistent_workers is True
         workers, prefetch = fit_shared_memory(reasons, batch_bytes, workers, prefetch, asked)
     strategy = take("sharing_strategy", choose_strategy(workers, prefetch or 0))
+    threads = take("decode_threads", rules.choose_decode_threads(decode_threads, dataset, path, workers, cpus))
     return LoaderPlan(
         path=path,
         num_workers=workers,
+        decode_threads=threads,
         read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead, workers, torch.cuda.is_available())),
         pin_memory=take("pin_memory", rules.choose_pin_memory(pin_memory)),
         persistent_workers=take("persistent_workers", rules.choose_persistent(persistent_workers, workers, dataset)),
