@@ -21,9 +21,8 @@ import functools
 import mmap
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -33,15 +32,38 @@ _WINDOW = 16  # pages per sampled run (resident_fraction with windows)
 _MADV_DONTNEED = 4
 
 
-@dataclass
 class Extents:
     """Record ``i`` of a dataset is ``lengths[i]`` bytes at ``starts[i]`` of ``path``; ``whole``
-    lists small files (labels, checksums) read for every record, best cached whole."""
+    lists small files (labels, checksums) read for every record, best cached whole.  With ``load``
+    instead of the arrays, they are made by ``load()`` when first used (LMDB finds them by walking
+    every record: never at ``make_loader``, only in an epoch that asks for read-ahead);
+    ``mean_length`` is known before that."""
 
-    path: Path
-    starts: np.ndarray
-    lengths: np.ndarray
-    whole: List[Path] = field(default_factory=list)
+    def __init__(self, path, starts: Optional[np.ndarray] = None, lengths: Optional[np.ndarray] = None,
+                 whole: Optional[List[Path]] = None, *, load: Optional[Callable[[], tuple]] = None,
+                 mean_length: Optional[float] = None) -> None:
+        self.path, self.whole = path, list(whole or [])
+        self._arrays = None if starts is None else (starts, lengths)
+        self._load, self._mean = load, mean_length
+
+    def _loaded(self) -> tuple:
+        if self._arrays is None:
+            self._arrays = self._load()
+        return self._arrays
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self._loaded()[0]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self._loaded()[1]
+
+    @property
+    def mean_length(self) -> float:
+        if self._mean is None:
+            self._mean = float(self.lengths.mean()) if len(self.lengths) else 1.0
+        return self._mean
 
 
 def will_need(fd: int, starts: np.ndarray, lengths: np.ndarray) -> None:

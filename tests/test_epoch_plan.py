@@ -149,3 +149,27 @@ def test_seeding_follows_what_the_dataset_draws(packs):
             return list(indices)
 
     assert make_loader(Queried(), 4).pixfeed_plan.seeding == BATCH
+
+
+def test_lmdb_record_extents_are_walked_only_for_an_epoch_that_reads_ahead(packs, tmp_path, monkeypatch):
+    walks = []
+    cls = type(open_dataset(packs / "encoded"))
+    walk = cls._walk_extents
+    monkeypatch.setattr(cls, "_walk_extents", lambda self: walks.append(self.path) or walk(self))
+    warm = open_dataset(packs / "encoded", size=16)
+    list(warm.get_batch(list(range(len(warm)))))  # every record read: warm
+    loader = make_loader(warm, 4, num_workers=0)
+    assert walks == []  # make_loader itself walks nothing
+    list(loader)
+    assert loader.pixfeed_plan.hints is False and walks == []
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    for f in files(packs / "encoded"):
+        (cold / f.name).write_bytes(f.read_bytes())
+    pagecache.evict(files(cold))
+    if pagecache.resident_fraction(files(cold)) != 0.0:
+        pytest.skip("this file system keeps evicted pages")
+    loader = make_loader(open_dataset(cold, size=16), 4, num_workers=0)
+    assert walks == []
+    list(loader)
+    assert loader.pixfeed_plan.hints is True and walks == [cold]

@@ -38,7 +38,9 @@ def cluster(tmp_path_factory):
     """A local Ray of 2 CPUs for the module; yields the folder of the test-only crash hook."""
     crash = tmp_path_factory.mktemp("crash")
     os.environ[CRASH_DIR_ENV] = str(crash)  # before ray.init: its workers inherit it
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    tests = str(Path(__file__).parent)  # functions of test modules (pack_samples' fn) import there
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))}})
     yield crash
     ray.shutdown()
     del os.environ[CRASH_DIR_ENV]
@@ -195,3 +197,25 @@ def test_ray_packs_python_samples_as_local_does(cluster, tmp_path):
     m = pixfeed.pack_samples(samples_of, tmp_path / "ray", "mmap", executor="ray", **options)
     assert m["count"] == 6 and m["source"]["kind"] == "python"
     assert_same_pack(tmp_path / "local", tmp_path / "ray")
+
+
+def test_pack_samples_runs_fn_as_ray_tasks(cluster, tmp_path):
+    """fn runs in Ray's worker processes (not the driver), and a raising fn follows on_error there too."""
+    def made_where(n):
+        from test_pack_samples import samples_of
+        for sample in samples_of(n):
+            yield {**sample, "pid": os.getpid()}
+
+    m = pixfeed.pack_samples(made_where, tmp_path / "ray", "mmap", inputs=[1, 2, 3], executor="ray", store="encoded",
+                             schema={"boxes": "boxes"})
+    ds = pixfeed.open_dataset(tmp_path / "ray", fields=None)
+    pids = {int(ds[i]["pid"]) for i in range(len(ds))}
+    assert m["count"] == 6 and os.getpid() not in pids
+
+    def fails(n):
+        if n == 2:
+            raise ValueError("no input 2")
+        yield from made_where(n)
+    m = pixfeed.pack_samples(fails, tmp_path / "skip", "mmap", inputs=[1, 2, 3], executor="ray", store="encoded",
+                             schema={"boxes": "boxes"}, on_error="skip")
+    assert m["count"] == 4

@@ -99,7 +99,12 @@ class LmdbImageDataset(MapImageDataset):
             self._mapped = 0
 
     def record_extents(self) -> Extents:
-        """Where each record's value lies in ``data.mdb``."""
+        """Where each record's value lies in ``data.mdb``: found when read-ahead first needs them (a walk
+        over every record)."""
+        size, count = self.manifest["files"][DATA]["bytes"], max(len(self), 1)
+        return Extents(self.path / DATA, load=self._walk_extents, mean_length=size / count)
+
+    def _walk_extents(self) -> tuple:
         path = self.path / DATA
         starts, lengths = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
         with environment(str(path)).begin(buffers=True) as txn:
@@ -109,7 +114,7 @@ class LmdbImageDataset(MapImageDataset):
                 if value is None:
                     raise CorruptDataError(f"{self.where(i)}: key {record_key(i).decode()} missing from {path}")
                 starts[i], lengths[i] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
-        return Extents(path, starts, lengths)
+        return starts, lengths
 
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
         with self.handle.begin(buffers=True) as txn:

@@ -137,11 +137,20 @@ class MmapImageDataset(MapImageDataset):
         if self.store == "pixels":
             shape, offset = npy_layout(self.data_file(layout.IMAGES))
             row = int(np.prod(shape[1:]))
-            starts = offset + row * np.arange(shape[0], dtype=np.int64)
-            return Extents(self.path / layout.IMAGES, starts, np.broadcast_to(np.int64(row), starts.shape), meta)
+
+            def rows() -> tuple:  # made when read-ahead needs them: 8 bytes a record
+                starts = offset + row * np.arange(shape[0], dtype=np.int64)
+                return starts, np.broadcast_to(np.int64(row), starts.shape)
+            return Extents(self.path / layout.IMAGES, whole=meta, load=rows, mean_length=float(row))
+        size, count = self.manifest["files"][layout.DATA]["bytes"], max(len(self), 1)
+        return Extents(self.path / layout.DATA, whole=[*meta, self.path / layout.OFFSETS], load=self._encoded_extents,
+                       mean_length=size / count)
+
+    def _encoded_extents(self) -> tuple:
+        """(starts, lengths): starts a view of the mapped offsets, lengths made when read-ahead needs them."""
         offsets = np.load(self.path / layout.OFFSETS, mmap_mode="r", allow_pickle=False)  # shared, not copied
         offsets = offsets.view(np.int64) if offsets.dtype == np.uint64 else offsets.astype(np.int64, copy=False)
         lengths = np.diff(offsets)
         if len(lengths) and lengths.max() < 2**31:
             lengths = lengths.astype(np.int32)  # half the memory of a per-record array the planner keeps
-        return Extents(self.path / layout.DATA, offsets[:-1], lengths, [*meta, self.path / layout.OFFSETS])
+        return offsets[:-1], lengths

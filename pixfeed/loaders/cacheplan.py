@@ -75,7 +75,7 @@ def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Opti
     if not budget or extents is None:
         raise OptionError("order='quasi_random' needs a pixfeed map-style dataset with record byte ranges and "
                           "io_ahead > 0 (its chunks are sized from the read-ahead budget)")
-    chunk, window = quasi_sizes(budget, float(extents.lengths.mean()) if len(extents.lengths) else 1.0)
+    chunk, window = quasi_sizes(budget, extents.mean_length)
     return order, (chunk, window), f"shuffled chunks of {chunk} consecutive records, shuffled within " \
                                    f"windows of {window} records"
 

@@ -49,7 +49,7 @@ def belady(seq: np.ndarray, capacity: int) -> int:
 
 def quasi_sizes(cache: Any, extents: Extents) -> tuple:
     """(chunk, window) in records for quasi-random order over a chunk cache."""
-    per_chunk = max(1, int(cache.chunk // max(float(extents.lengths.mean()), 1.0)))
+    per_chunk = max(1, int(cache.chunk // max(extents.mean_length, 1.0)))
     capacity = cache.limit // cache.chunk
     chunk = per_chunk * QUASI_CHUNKS
     return chunk, chunk * max(1, min(32, capacity // 10))

@@ -21,6 +21,8 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np
@@ -100,6 +102,11 @@ class Executor:
         """Yield each task's result as it finishes; stop the others when closed early."""
         raise NotImplementedError
 
+    def map(self, fn: Callable, items: List) -> Iterator:
+        """``fn(item)`` for every item, yielded as each finishes (``pack_samples``' function over its
+        inputs); inside ``with executor:``."""
+        raise NotImplementedError
+
 
 def _init_worker(parent: int) -> None:
     """Pool workers leave Ctrl-C to the main process (which kills them), die on SIGTERM whatever
@@ -126,6 +133,16 @@ class LocalExecutor(Executor):
         parent = os.getpid()
         yield from forkpool.imap_unordered(lambda job: run_task(writer, *job), jobs, workers,
                                            init=lambda: _init_worker(parent))
+
+    def map(self, fn: Callable, items: List) -> Iterator:
+        workers = min(self.slots, len(items))
+        if workers <= 1:
+            yield from map(fn, items)
+        elif threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+            yield from forkpool.imap_unordered(fn, items, workers)  # fn reaches the workers by fork: not pickled
+        else:  # threads here (a server, a notebook's kernel): a fork would copy their locks mid-use
+            with ThreadPoolExecutor(workers) as pool:
+                yield from pool.map(fn, items)
 
 
 def make_executor(name, workers: Optional[int] = None, address: Optional[str] = None,

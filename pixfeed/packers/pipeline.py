@@ -31,7 +31,6 @@ from ..chunked import manifest_entry
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..fields import per_box_fields
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
-from ..cpus import available_cpus
 from ..sources import Source, scan_source
 from ..sources.samples import from_inputs, function_name, scan_samples
 from ..storage import is_url, local_path
@@ -102,9 +101,14 @@ def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequenc
     if callable(samples):
         if inputs is None:
             raise OptionError("pack_samples(fn, DST, inputs=[...]): give the inputs fn is called with")
-        items, names, notes = from_inputs(samples, inputs, options.get("workers") or available_cpus(),
-                                          options.get("on_error", "fail"))
-        origin = {"kind": "python", "function": function_name(samples), "inputs": len(inputs)}
+        executor = make_executor(options.pop("executor", "local"), options.get("workers"), options.pop("address", None),
+                                 options.pop("task_cpus", None))
+        with executor:  # fn over the inputs, then the pack, on one executor (one Ray connection)
+            items, names, notes = from_inputs(samples, inputs, executor, options.get("on_error", "fail"))
+            origin = {"kind": "python", "function": function_name(samples), "inputs": len(inputs)}
+            source = scan_samples(items, names, schema, origin)
+            source.notes += notes
+            return pack(source, dst, format, executor=executor, **options)
     else:
         if inputs is not None:
             raise OptionError("pack_samples: inputs= goes with a function of one input; these samples are an iterable")

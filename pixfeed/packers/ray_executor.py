@@ -29,7 +29,7 @@ import copy
 import logging
 import os
 import socket
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 import ray
@@ -119,6 +119,17 @@ class RayExecutor(Executor):
         holder = [ray.put(writer)]
         remote = _remote_task.options(num_cpus=self.task_cpus, max_retries=MAX_RETRIES)
         pending = [remote.remote(holder, task, indices) for task, indices in enumerate(tasks)]
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield _result(done[0])
+        finally:
+            _cancel(pending)
+
+
+    def map(self, fn: Callable, items: List) -> Iterator:
+        remote = ray.remote(num_cpus=self.task_cpus, max_retries=MAX_RETRIES)(fn)  # fn goes by cloudpickle
+        pending = [remote.remote(item) for item in items]
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)

@@ -10,9 +10,10 @@ as typed fields, their types inferred as an index file's columns are
 says; a ``mask`` or ``image`` field takes a path, bytes or an array too.
 
 ``pack_samples(fn, DST, inputs=[...])``: ``fn(input)`` yields such dicts;
-the inputs are run in ``workers`` forked processes (one input a task; threads
-when the calling process already runs threads, as a Ray driver does, where a
-fork could copy a held lock), a raising
+the inputs run on the pack's executor, one input a task (``Executor.map``:
+``workers`` forked processes, or threads when the calling process already runs
+threads, where a fork could copy a held lock; Ray tasks with
+``executor="ray"``, ``fn`` sent by cloudpickle), a raising
 ``fn`` names its input and follows ``on_error``; then the samples are packed
 as from an iterable.  Every sample's image is held in memory as encoded bytes
 until the pack is written: for sources larger than memory, write an index
@@ -21,9 +22,6 @@ file or WebDataset shards and pack those.
 from __future__ import annotations
 
 import io
-import multiprocessing as mp
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -48,20 +46,12 @@ class SampleSource(Source):
         return self.names[i]
 
 
-def from_inputs(fn: Callable, inputs: Sequence, workers: int, on_error: str) -> tuple:
-    """(samples, their names, notes): ``fn`` run over ``inputs`` in ``workers`` processes."""
+def from_inputs(fn: Callable, inputs: Sequence, executor, on_error: str) -> tuple:
+    """(samples, their names, notes): ``fn`` run over ``inputs`` on ``executor`` (``Executor.map``:
+    forked processes, threads or Ray tasks), inside ``with executor:``."""
     items = list(enumerate(inputs))
-    workers = min(workers, len(items))
-    if workers > 1 and threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
-        from ..packers.forkpool import imap_unordered  # fn reaches forked workers as it is: not pickled
-
-        done = dict(imap_unordered(lambda item: (item[0], _run(fn, item)), items, workers))
-        results = [done[n] for n, _ in items]
-    elif workers > 1:  # threads here (a Ray driver, a server): a fork would copy their locks mid-use
-        with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda item: _run(fn, item), items))
-    else:
-        results = [_run(fn, item) for item in items]
+    done = dict(executor.map(lambda item: (item[0], _run(fn, item)), items))
+    results = [done[n] for n, _ in items]
     samples, names, notes = [], [], []
     for (n, value), (made, error) in zip(items, results):
         if error is not None:
