@@ -72,3 +72,40 @@ def test_repack_refusals_and_damage(tmp_path):
         pixfeed.pack(tmp_path / "old", tmp_path / "new", "lmdb", workers=1)
     assert not (tmp_path / "new").exists()
     assert np.all([not p.name.startswith(".new") for p in tmp_path.iterdir()])
+
+
+def test_a_repack_reads_jpeg_headers_only_and_keeps_every_shape(tmp_path, monkeypatch):
+    """Records checked when first packed are not parsed whole again; their shapes (EXIF orientation
+    applied) are what a full check gives."""
+    from conftest import write_image
+    from pixfeed.packers import records
+
+    src = make_tree(tmp_path / "src", per_class=4)
+    for orientation in (6, 8):  # rotated: the stored shape is the oriented one
+        exif = __import__("PIL.Image", fromlist=["Image"]).Exif()
+        exif[0x0112] = orientation
+        write_image(src / "cat" / f"rot{orientation}.jpg", size=(40, 24), exif=exif.tobytes())
+    pixfeed.pack(src, tmp_path / "old", "mmap", store="encoded", workers=1)
+    full = []
+    check = records.check_encoded
+    monkeypatch.setattr(records, "check_encoded", lambda data, *a, **k: full.append(data[:4]) or check(data, *a, **k))
+    pixfeed.pack(tmp_path / "old", tmp_path / "new", "lmdb", store="encoded", workers=1)
+    assert full and all(head.startswith(b"\x89PNG") for head in full)  # only the PNGs were parsed whole
+    monkeypatch.undo()
+    pixfeed.pack(src, tmp_path / "direct", "lmdb", store="encoded", workers=1)
+    assert headers(tmp_path / "new") == headers(tmp_path / "direct")  # the same (H, W) as a full check's
+    old, new = pixfeed.open_dataset(tmp_path / "old"), pixfeed.open_dataset(tmp_path / "new")
+    for i in range(len(old)):
+        assert torch.equal(old[i][0], new[i][0])
+
+
+def headers(path):
+    """Every LMDB record's header (kind, label, checksum, H, W, length), read with plain lmdb."""
+    import lmdb
+    from pixfeed.record import parse
+
+    env = lmdb.open(str(path / "data.mdb"), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn:
+        out = sorted(tuple(parse(value, "test")[0])[2:] for key, value in txn.cursor() if key.isdigit())
+    env.close()
+    return out

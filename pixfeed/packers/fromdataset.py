@@ -77,6 +77,7 @@ def scan_dataset(src, dst) -> DatasetSource:
         if n else np.zeros(0, np.int64)
     source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, _sizes(ds, n))
     source.dataset, source.schema, source.per_box = ds, ds.schema, ds.per_box
+    source.checked = True  # checked when first packed: a JPEG record's header is enough (records.load_record)
     source.values = _values(ds, names, n)
     source.origin = {"kind": "pixfeed", "path": str(root), "format": ds.format, "store": ds.store}
     return source

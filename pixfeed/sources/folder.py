@@ -47,6 +47,7 @@ class Source:
     blobs: Optional[list] = None                       # the images' bytes (a Parquet column), else None
     origin: dict = field(default_factory=lambda: {"kind": "folder"})  # the manifest's "source"
     walked: bool = True  # the scan walks root's folders, so a DST inside root would be scanned next time
+    checked: bool = False  # the images were checked when first packed and their checksums on the way in
 
     def __len__(self) -> int:
         return len(self.paths)
