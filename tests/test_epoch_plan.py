@@ -29,6 +29,17 @@ def files(path: Path):
     return [p for p in path.iterdir() if p.is_file()]
 
 
+def evicted_copy(src: Path, dst: Path) -> Path:
+    """A copy of dataset ``src`` with none of its pages in the page cache (skips where that cannot be)."""
+    dst.mkdir()
+    for f in files(src):
+        (dst / f.name).write_bytes(f.read_bytes())
+    pagecache.evict(files(dst))
+    if pagecache.resident_fraction(files(dst)) != 0.0:
+        pytest.skip("this file system keeps evicted pages (tmpfs or overlay): nothing to read ahead")
+    return dst
+
+
 def reader_threads():
     return {t for t in threading.enumerate() if t.name == "pixfeed-reader"}
 
@@ -56,13 +67,7 @@ def test_a_warm_local_dataset_is_read_without_hints_or_reader_thread(packs, stor
 
 
 def test_an_evicted_dataset_gets_hints_and_a_bounded_reader(packs, tmp_path):
-    path = tmp_path / "copy"
-    path.mkdir()
-    for f in files(packs / "pixels"):
-        (path / f.name).write_bytes(f.read_bytes())
-    pagecache.evict(files(path))
-    if pagecache.resident_fraction(files(path)) != 0.0:
-        pytest.skip("this file system keeps evicted pages (tmpfs or overlay): nothing to read ahead")
+    path = evicted_copy(packs / "pixels", tmp_path / "copy")
     loader = make_loader(open_dataset(path), 4, num_workers=0)
     before = reader_threads()
     batches = first_epoch(loader)
@@ -162,13 +167,7 @@ def test_lmdb_record_extents_are_walked_only_for_an_epoch_that_reads_ahead(packs
     assert walks == []  # make_loader itself walks nothing
     list(loader)
     assert loader.pixfeed_plan.hints is False and walks == []
-    cold = tmp_path / "cold"
-    cold.mkdir()
-    for f in files(packs / "encoded"):
-        (cold / f.name).write_bytes(f.read_bytes())
-    pagecache.evict(files(cold))
-    if pagecache.resident_fraction(files(cold)) != 0.0:
-        pytest.skip("this file system keeps evicted pages")
+    cold = evicted_copy(packs / "encoded", tmp_path / "cold")
     loader = make_loader(open_dataset(cold, size=16), 4, num_workers=0)
     assert walks == []
     list(loader)

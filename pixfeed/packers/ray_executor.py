@@ -118,24 +118,22 @@ class RayExecutor(Executor):
     def run(self, writer: Writer, tasks: List[np.ndarray]) -> Iterator[TaskResult]:
         holder = [ray.put(writer)]
         remote = _remote_task.options(num_cpus=self.task_cpus, max_retries=MAX_RETRIES)
-        pending = [remote.remote(holder, task, indices) for task, indices in enumerate(tasks)]
-        try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                yield _result(done[0])
-        finally:
-            _cancel(pending)
+        yield from _as_done([remote.remote(holder, task, indices) for task, indices in enumerate(tasks)])
 
 
     def map(self, fn: Callable, items: List) -> Iterator:
         remote = ray.remote(num_cpus=self.task_cpus, max_retries=MAX_RETRIES)(fn)  # fn goes by cloudpickle
-        pending = [remote.remote(item) for item in items]
-        try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                yield _result(done[0])
-        finally:
-            _cancel(pending)
+        yield from _as_done([remote.remote(item) for item in items])
+
+
+def _as_done(pending: list) -> Iterator:
+    """Each task's result as it finishes; the rest cancelled when closed early."""
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield _result(done[0])
+    finally:
+        _cancel(pending)
 
 
 def _check_reachable(address: str) -> None:
