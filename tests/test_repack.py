@@ -8,7 +8,7 @@ import torch
 import pixfeed
 from conftest import make_tree
 from fieldtree import FIELDS, make_field_tree
-from pixfeed.errors import CorruptDataError, OptionError, SourceError
+from pixfeed.errors import CorruptDataError, OptionError
 
 FIELD_OPTS = dict(field=[f for f in FIELDS[1::2] if ":" in f], per_box="box_cls")
 
@@ -31,7 +31,7 @@ def tree(tmp_path_factory):
 
 
 @pytest.mark.parametrize("store", ["encoded", "pixels"])
-@pytest.mark.parametrize("old", ["mmap", "lmdb", "hdf5"])
+@pytest.mark.parametrize("old", ["mmap", "lmdb", "hdf5", "wds"])
 def test_repack_to_every_format_keeps_every_field(tree, tmp_path, old, store):
     size = {"size": 24} if store == "pixels" else {}
     pixfeed.pack(tree, tmp_path / "old", old, store=store, index=str(tree / "index.csv"), workers=1, **size,
@@ -62,9 +62,15 @@ def test_repack_refusals_and_damage(tmp_path):
     pixfeed.pack(src, tmp_path / "old", "mmap", store="encoded", workers=1)
     with pytest.raises(OptionError, match="is the source dataset itself"):
         pixfeed.pack(tmp_path / "old", tmp_path / "old", "lmdb", overwrite=True)
-    pixfeed.pack(src, tmp_path / "shards", "wds", workers=1)
-    with pytest.raises(SourceError, match="repacking a wds dataset is not supported"):
-        pixfeed.pack(tmp_path / "shards", tmp_path / "x", "mmap")
+    pixfeed.pack(src, tmp_path / "shards", "wds", shard_size=5, workers=1)
+    shard = sorted((tmp_path / "shards").glob("*.tar"))[1]
+    tar = bytearray(shard.read_bytes())
+    jpeg = tar.index(b"\xff\xd8\xff")  # inside the shard's first image member
+    tar[jpeg + 200] ^= 0xFF
+    shard.write_bytes(bytes(tar))
+    with pytest.raises(CorruptDataError, match=f"{shard.name}.*checksum"):
+        pixfeed.pack(tmp_path / "shards", tmp_path / "x", "mmap", workers=1)
+    assert not (tmp_path / "x").exists()
     data = bytearray((tmp_path / "old/data.bin").read_bytes())
     data[len(data) // 2] ^= 0xFF
     (tmp_path / "old/data.bin").write_bytes(bytes(data))

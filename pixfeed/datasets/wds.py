@@ -197,6 +197,21 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                           f"smaller --shard-size to give each worker whole shards)", stacklevel=3)
         return pieces, workers
 
+    def read_range(self, first: int, stop: int, fields: bool = False) -> Iterator[tuple]:
+        """(record index, stored image: bytes or pixels, label, {field: stored bytes} when ``fields``)
+        of records ``first`` to ``stop - 1`` in record order, each read once from its shard, checksums
+        checked: a repack's source (``pixfeed.packers.fromdataset``)."""
+        pieces = [(s, max(first - int(lo), 0), min(stop - int(lo), shard["count"]))
+                  for s, (shard, lo) in enumerate(zip(self.shards, self._starts))
+                  if lo < stop and lo + shard["count"] > first]
+        for s, i, sample in self._select(self.shard_paths(), pieces, 1, 0):
+            where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
+            data = self._image_member(sample, where)
+            expected, label = _meta(sample, where, i)
+            self.check_checksum(data, expected, i)
+            stored = self._array(data, where) if self.store == "pixels" else data
+            yield i, stored, label, self._fields(sample, where, i) if fields else {}
+
     def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
         m = 0
         for (s, first, stop), stream in zip(pieces, self._streams(paths, [s for s, _, _ in pieces])):
@@ -237,11 +252,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _decode(self, s: int, i: int, sample: dict):
         where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
-        exts = image_extensions(self.store)
-        data = next((sample[e] for e in exts if e in sample), None)
-        if data is None:
-            found = sorted(k for k in sample if not k.startswith("__"))
-            raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
+        data = self._image_member(sample, where)
         expected, label = _meta(sample, where, i)
         if self.default_fields:
             self.check_checksum(data, expected, i)
@@ -251,6 +262,14 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             self.check_checksum(data, expected, i)
             stored = self._array(data, where) if self.store == "pixels" else data
         return self.assemble(stored, label, self._fields(sample, where, i), i)
+
+    def _image_member(self, sample: dict, where: str) -> bytes:
+        exts = image_extensions(self.store)
+        data = next((sample[e] for e in exts if e in sample), None)
+        if data is None:
+            found = sorted(k for k in sample if not k.startswith("__"))
+            raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
+        return data
 
     def _fields(self, sample: dict, where: str, i: int) -> dict:
         """{name: stored bytes} of the requested fields' members (``K.NAME.EXT``), checksums checked."""

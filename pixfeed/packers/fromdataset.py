@@ -7,8 +7,9 @@ go to the new pack as the bytes they are; stored pixels (and pixels-mode masks
 and second images) as lossless PNGs, so a repack to pixels resizes what OLD
 stored.  Images are read in the pack's tasks, a task's slice at a time; the
 fields are read once, by the driver.  The manifest's ``source`` names OLD.
-A WebDataset dataset cannot be a source yet (its records are not addressable
-by index); repacking one onto itself is refused.
+A WebDataset dataset is read in record order: the driver reads its shards
+once for labels and fields, each task the shards holding its contiguous run of
+records.  Repacking a dataset onto itself is refused.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Iterator, Tuple
 import numpy as np
 from PIL import Image
 
-from ..errors import OptionError, SourceError
+from ..errors import OptionError
 from ..fields import array, picture
 from ..fields.codec import decode
 from ..manifest import MANIFEST_NAME
@@ -45,6 +46,12 @@ class DatasetSource(Source):
 
     def fetch(self, indices) -> Iterator[Tuple[int, object]]:
         indices = [int(i) for i in indices]
+        if self.dataset.format == "wds":  # a task's records are a contiguous run: its shards read once
+            wanted = set(indices)
+            got = {i: _encoded(stored, self.dataset.store)
+                   for i, stored, _, _ in self.dataset.read_range(min(indices), max(indices) + 1) if i in wanted}
+            yield from ((i, got.pop(i)) for i in indices)
+            return
         for start in range(0, len(indices), BLOCK):
             idx, stored, _ = self.dataset.read_checked(indices[start:start + BLOCK])
             yield from zip(idx.tolist(), (_encoded(s, self.dataset.store) for s in stored))
@@ -68,17 +75,13 @@ def scan_dataset(src, dst) -> DatasetSource:
     if not is_url(dst) and local_path(dst).resolve() == root.resolve():
         raise OptionError(f"destination {dst} is the source dataset itself; repack to another DST")
     ds = open_dataset(root, fields=None)
-    if ds.format == "wds":
-        raise SourceError(f"source {root}: repacking a wds dataset is not supported yet (its records are read as "
-                          "a stream); pack its original images, or repack a map-style format (mmap, lmdb, hdf5)")
     n, names = len(ds), [f.name for f in ds.schema]
     keys = ds.keys()
-    labels = np.concatenate([ds.read_labels(np.arange(s, min(s + BLOCK, n))) for s in range(0, n, BLOCK)]) \
-        if n else np.zeros(0, np.int64)
+    labels, values = _wds_labels_values(ds, names) if ds.format == "wds" else _labels_values(ds, names, n)
     source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, _sizes(ds, n))
     source.dataset, source.schema, source.per_box = ds, ds.schema, ds.per_box
     source.checked = True  # checked when first packed: a JPEG record's header is enough (records.load_record)
-    source.values = _values(ds, names, n)
+    source.values = values
     source.origin = {"kind": "pixfeed", "path": str(root), "format": ds.format, "store": ds.store}
     return source
 
@@ -88,14 +91,29 @@ def _sizes(ds, n: int) -> np.ndarray:
     return np.full(n, stored // max(n, 1), np.int64)
 
 
-def _values(ds, names, n: int) -> dict:
-    """Every field's value per record, as an index source holds them (pictures as file bytes)."""
+def _labels_values(ds, names, n: int) -> tuple:
+    """Every label, and every field's value per record as an index source holds them (pictures as file
+    bytes), read a block of records at a time."""
+    labels = [ds.read_labels(np.arange(s, min(s + BLOCK, n))) for s in range(0, n, BLOCK)]
+    raws = (raw for s in range(0, n, BLOCK) for raw in ds.read_fields(np.arange(s, min(s + BLOCK, n)), names))
+    return np.concatenate(labels) if n else np.zeros(0, np.int64), _values(ds, names, raws)
+
+
+def _wds_labels_values(ds, names) -> tuple:
+    """The same from a wds dataset: one pass over its shards, images checked and dropped."""
+    labels, raws = [], []
+    for _, _, label, raw in ds.read_range(0, ds.manifest["count"], fields=True):
+        labels.append(label)
+        raws.append(raw)
+    return np.asarray(labels, np.int64), _values(ds, names, raws)
+
+
+def _values(ds, names, raws) -> dict:
     values = {name: [] for name in names}
     by_name = {f.name: f for f in ds.schema}
-    for start in range(0, n, BLOCK):
-        for raw in ds.read_fields(np.arange(start, min(start + BLOCK, n)), names):
-            for name in names:
-                values[name].append(_value(by_name[name], raw[name], ds))
+    for raw in raws:
+        for name in names:
+            values[name].append(_value(by_name[name], raw[name], ds))
     return values
 
 
