@@ -94,7 +94,8 @@ def parse_extensions(value: Optional[Sequence[str] | str]) -> tuple:
     return exts
 
 
-def _walk(root: Path, exts: tuple) -> List[str]:
+def _walk(root: Path, exts: tuple) -> Tuple[List[str], np.ndarray]:
+    """(image paths relative to ``root``, sorted; their sizes, 0 where stat failed)."""
     found = []
 
     def onerror(err: OSError) -> None:
@@ -112,9 +113,11 @@ def _walk(root: Path, exts: tuple) -> List[str]:
         for name in filenames:
             if name.startswith(".") or os.path.splitext(name)[1].lower() not in exts:
                 continue
-            found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
-    _check_utf8(root, found)
-    return sorted(found)
+            path = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+            found.append((path, _size(os.path.join(dirpath, name))))  # str paths: pathlib cost more than stat
+    _check_utf8(root, [p for p, _ in found])
+    found.sort()
+    return [p for p, _ in found], np.fromiter((n for _, n in found), np.int64, len(found))
 
 
 def _check_utf8(root: Path, paths: List[str]) -> None:
@@ -158,13 +161,14 @@ def scan(root: str | os.PathLike, extensions=None, storage_options: Optional[dic
     if is_url(root):
         store, paths, listing, folders = _scan_url(root, exts, storage_options)
         root = store.url
+        sizes = np.array([listing[p] for p in paths], dtype=np.int64)
     else:
         root, store = local_path(root), None
         if not root.exists():
             raise SourceError(f"source {root}: no such folder")
         if not root.is_dir():
             raise SourceError(f"source {root}: is a file, not a folder of images")
-        paths = _walk(root, exts)
+        paths, sizes = _walk(root, exts)
     if not paths:
         raise SourceError(f"source {root}: no images with extensions {', '.join(exts)} found "
                           "(hidden files and folders are skipped; use --ext for other extensions)")
@@ -188,12 +192,11 @@ def scan(root: str | os.PathLike, extensions=None, storage_options: Optional[dic
                          f"folder listing: {', '.join(f'{c} (label {index[c]})' for c in empty[:10])}")
     else:
         classes, labels = None, np.full(len(paths), -1, dtype=np.int64)
-    sizes = np.array([listing[p] if store else _size(root / p) for p in paths], dtype=np.int64)
     return Source(root, paths, _unique_keys(paths), labels, classes, sizes, notes, store)
 
 
-def _size(path: Path) -> int:
+def _size(path: str) -> int:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return 0  # reported when the file is read
