@@ -23,7 +23,7 @@ from pixfeed.packers import pack
 from pixfeed.world import World
 
 BIG, SMALL, DISTINCT = 200_000, 10_000, 500
-PER_RECORD_BOUND = 32  # bytes a record: a list of Python ints costs at least 36 (a pointer and an int object)
+PER_RECORD_BOUND = 20  # bytes a record (the bound): a list of Python ints costs at least 36 (a pointer and an int)
 
 
 def tiny_source(root: Path, records: int) -> Path:
