@@ -82,27 +82,35 @@ class H5ImageDataset(MapImageDataset):
         return out
 
     def record_extents(self) -> Optional[Extents]:
-        """Where each record's stored bytes lie in ``data.h5``; None when the layout hides it."""
+        """Where each record's stored bytes lie in ``data.h5`` (found when read-ahead first needs them: a
+        walk over every chunk); None when the layout hides it."""
         import h5py
 
         with h5py.File(self.data_file(layout.DATA), "r") as f:
             data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
             if data.chunks is None or data.id.get_create_plist().get_nfilters():
                 return None
+        size, count = self.manifest["files"][layout.DATA]["bytes"], max(len(self), 1)
+        return Extents(self.path / layout.DATA, load=self._walk_extents, mean_length=size / count)
+
+    def _walk_extents(self) -> tuple:
+        import h5py
+
+        with h5py.File(self.data_file(layout.DATA), "r") as f:
+            data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
             chunks = []
             data.id.chunk_iter(lambda c: chunks.append((c.chunk_offset[0], c.byte_offset, c.size)))
             chunks.sort()
             if self.store == "pixels":
-                return Extents(self.path / layout.DATA, np.array([c[1] for c in chunks], np.int64),
-                               np.array([c[2] for c in chunks], np.int64))
+                return np.array([c[1] for c in chunks], np.int64), np.array([c[2] for c in chunks], np.int64)
             refs = b"".join(data.id.read_direct_chunk((first,))[1] for first, _, _ in chunks)
-        return _heap_extents(self.path / layout.DATA, refs, len(self))
+        return _heap_extents(refs, len(self))
 
 
 _VLEN_REF = np.dtype([("length", "<u4"), ("collection", "<u8"), ("index", "<u4")])
 
 
-def _heap_extents(path, refs: bytes, n: int) -> Extents:
+def _heap_extents(refs: bytes, n: int) -> tuple:
     """Extents of vlen records: each record's heap collection, sized for all the objects it holds
     (16-byte collection header, then a 16-byte header and the data padded to 8 bytes per object)."""
     ref = np.frombuffer(refs, _VLEN_REF, count=n)
@@ -110,4 +118,4 @@ def _heap_extents(path, refs: bytes, n: int) -> Extents:
     objects = 16 + (ref["length"].astype(np.int64) + 7) // 8 * 8
     collections, which = np.unique(starts, return_inverse=True)
     sizes = 16 + np.bincount(which, weights=objects).astype(np.int64)
-    return Extents(path, starts, sizes[which])
+    return starts, sizes[which]
