@@ -102,3 +102,11 @@ def _pool_in_child() -> int:
     decodepool.run(out.append, 4, 2)  # on the parent's pool (no threads here) this would wait for ever
     assert sorted(out) == list(range(4))
     return id(decodepool.pool(2))
+
+
+def test_tuning_measures_threads_against_workers_and_keeps_a_given_count(packs):
+    encoded = open_dataset(packs / "encoded", size=20)
+    tuned = make_loader(encoded, 8, num_workers="tune")
+    assert any(c.num_workers == 0 for c in tuned.pixfeed_tuning.candidates)  # in process: decoded on threads
+    assert tuned.pixfeed_plan.decode_threads == (1 if tuned.num_workers else tuned.pixfeed_plan.cpus)
+    assert make_loader(encoded, 8, num_workers="tune", decode_threads=3).pixfeed_plan.decode_threads == 3

@@ -155,7 +155,7 @@ def make_loader(
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
                             read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout,
-                            order=order, io_ahead=io_ahead)
+                            order=order, io_ahead=io_ahead, decode_threads=decode_threads)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
