@@ -18,6 +18,7 @@ from pixfeed import registry
 from pixfeed.cli import main
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import OptionError, SourceError
+from pixfeed.storage import Store
 from pixfeed.packers import pack
 
 CASES = [(f, s) for f in sorted(registry.FORMATS) for s in ("pixels", "encoded")]
@@ -107,14 +108,18 @@ def test_shards_pack_into_every_format_and_store_with_every_field(shards, tmp_pa
         assert tuple(r["image"].shape) == ((3, 16, 16) if store == "pixels" else (3, 30, 40))
 
 
-def test_shards_from_a_bucket_pack_as_the_local_ones(shards, s3_server, tmp_path):
+def test_shards_from_a_bucket_pack_as_the_local_ones(shards, s3_server, tmp_path, monkeypatch):
     import fsspec
 
     src, written = shards["img2dataset"]
     fs = fsspec.filesystem("s3", **s3_server.options)
     fs.put(str(Path(src) / "00000.tar"), "pixfeed/shard-src/00000.tar")
     url = "s3://pixfeed/shard-src"
-    m = pack(url, tmp_path / "remote", "mmap", store="encoded", storage_options=s3_server.options, workers=2)
+    gets = []
+    read_range = Store.read_range
+    monkeypatch.setattr(Store, "read_range", lambda self, *a: gets.append(a) or read_range(self, *a))
+    m = pack(url, tmp_path / "remote", "mmap", store="encoded", storage_options=s3_server.options, workers=1)
+    assert 0 < len(gets) < len(written)  # a task's images come from one ranged GET, not one each
     local = pack(src, tmp_path / "local", "mmap", store="encoded", workers=2)
     assert m["count"] == local["count"] == len(written) and m["source"]["kind"] == "shards"
     assert (tmp_path / "remote" / "data.bin").read_bytes() == (tmp_path / "local" / "data.bin").read_bytes()
