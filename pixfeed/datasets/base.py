@@ -53,6 +53,7 @@ from ..chunked import open_remote
 from ..chunkfile import ChunkFile
 from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
+from ..pagecache import Extents
 from ..storage import Store, is_url, join, local_path
 from .fieldvalues import FieldValues, sample_rng
 
@@ -153,6 +154,12 @@ class ImageRecords(FieldValues):
         if entry and self.remote is None:
             return keyindex.read_all(self.path, entry)
         return [self.key(i) for i in range(len(self))]
+
+    def lazy_extents(self, name: str, load, whole=()) -> Extents:
+        """Where records lie in data file ``name``, made by ``load()`` when read-ahead first needs them; their
+        mean length from the manifest meanwhile."""
+        mean = self.manifest["files"][name]["bytes"] / max(len(self), 1)
+        return Extents(self.path / name, whole=list(whole), load=load, mean_length=mean)
 
     def where(self, i: int) -> str:
         try:

@@ -29,11 +29,16 @@ class H5ImageDataset(MapImageDataset):
     """
     format = "hdf5"
 
+    @property
+    def _records_name(self) -> str:
+        """The HDF5 dataset holding the records (pixels or encoded bytes)."""
+        return layout.IMAGES if self.store == "pixels" else layout.ENCODED
+
     def _open(self) -> dict:
         import h5py
 
         f = h5py.File(self.data_file(layout.DATA), "r")
-        data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
+        data = f[self._records_name]
         raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
             and data.id.get_create_plist().get_nfilters() == 0
         return {"data": data, "labels": f[layout.LABELS], "checksums": f[layout.CHECKSUMS], "raw_chunks": raw}
@@ -87,17 +92,16 @@ class H5ImageDataset(MapImageDataset):
         import h5py
 
         with h5py.File(self.data_file(layout.DATA), "r") as f:
-            data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
+            data = f[self._records_name]
             if data.chunks is None or data.id.get_create_plist().get_nfilters():
                 return None
-        size, count = self.manifest["files"][layout.DATA]["bytes"], max(len(self), 1)
-        return Extents(self.path / layout.DATA, load=self._walk_extents, mean_length=size / count)
+        return self.lazy_extents(layout.DATA, self._walk_extents)
 
     def _walk_extents(self) -> tuple:
         import h5py
 
         with h5py.File(self.data_file(layout.DATA), "r") as f:
-            data = f[layout.IMAGES if self.store == "pixels" else layout.ENCODED]
+            data = f[self._records_name]
             chunks = []
             data.id.chunk_iter(lambda c: chunks.append((c.chunk_offset[0], c.byte_offset, c.size)))
             chunks.sort()

@@ -101,8 +101,7 @@ class LmdbImageDataset(MapImageDataset):
     def record_extents(self) -> Extents:
         """Where each record's value lies in ``data.mdb``: found when read-ahead first needs them (a walk
         over every record)."""
-        size, count = self.manifest["files"][DATA]["bytes"], max(len(self), 1)
-        return Extents(self.path / DATA, load=self._walk_extents, mean_length=size / count)
+        return self.lazy_extents(DATA, self._walk_extents)
 
     def _walk_extents(self) -> tuple:
         path = self.path / DATA

@@ -142,9 +142,7 @@ class MmapImageDataset(MapImageDataset):
                 starts = offset + row * np.arange(shape[0], dtype=np.int64)
                 return starts, np.broadcast_to(np.int64(row), starts.shape)
             return Extents(self.path / layout.IMAGES, whole=meta, load=rows, mean_length=float(row))
-        size, count = self.manifest["files"][layout.DATA]["bytes"], max(len(self), 1)
-        return Extents(self.path / layout.DATA, whole=[*meta, self.path / layout.OFFSETS], load=self._encoded_extents,
-                       mean_length=size / count)
+        return self.lazy_extents(layout.DATA, self._encoded_extents, [*meta, self.path / layout.OFFSETS])
 
     def _encoded_extents(self) -> tuple:
         """(starts, lengths): starts a view of the mapped offsets, lengths made when read-ahead needs them."""

@@ -205,11 +205,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                   for s, (shard, lo) in enumerate(zip(self.shards, self._starts))
                   if lo < stop and lo + shard["count"] > first]
         for s, i, sample in self._select(self.shard_paths(), pieces, 1, 0):
-            where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
-            data = self._image_member(sample, where)
-            expected, label = _meta(sample, where, i)
-            self.check_checksum(data, expected, i)
-            stored = self._array(data, where) if self.store == "pixels" else data
+            where, stored, label = self._image(s, i, sample, True)
             yield i, stored, label, self._fields(sample, where, i) if fields else {}
 
     def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
@@ -251,25 +247,25 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                                f"records {count}; the shard is truncated or damaged")
 
     def _decode(self, s: int, i: int, sample: dict):
-        where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
-        data = self._image_member(sample, where)
-        expected, label = _meta(sample, where, i)
+        # a caption-only read neither checks nor decodes the image
+        where, stored, label = self._image(s, i, sample, self.default_fields or self.needs_image())
         if self.default_fields:
-            self.check_checksum(data, expected, i)
-            return self.sample(self._array(data, where) if self.store == "pixels" else data, label, i)
-        stored = None
-        if self.needs_image():  # a caption-only read neither checks nor decodes the image
-            self.check_checksum(data, expected, i)
-            stored = self._array(data, where) if self.store == "pixels" else data
+            return self.sample(stored, label, i)
         return self.assemble(stored, label, self._fields(sample, where, i), i)
 
-    def _image_member(self, sample: dict, where: str) -> bytes:
+    def _image(self, s: int, i: int, sample: dict, read: bool) -> tuple:
+        """(where, the stored image with its checksum checked, or None unless ``read``, label) of record ``i``."""
+        where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
         exts = image_extensions(self.store)
         data = next((sample[e] for e in exts if e in sample), None)
         if data is None:
             found = sorted(k for k in sample if not k.startswith("__"))
             raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
-        return data
+        expected, label = _meta(sample, where, i)
+        if not read:
+            return where, None, label
+        self.check_checksum(data, expected, i)
+        return where, self._array(data, where) if self.store == "pixels" else data, label
 
     def _fields(self, sample: dict, where: str, i: int) -> dict:
         """{name: stored bytes} of the requested fields' members (``K.NAME.EXT``), checksums checked."""

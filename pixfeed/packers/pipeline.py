@@ -95,27 +95,24 @@ def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequenc
                  schema: Optional[Dict[str, str]] = None, **options) -> dict:
     """Pack samples given in Python (``pixfeed.sources.samples``): an iterable of dicts
     (``{"image": path | bytes | uint8 array, "label": ..., "caption": ..., ...}``), or ``fn`` with
-    ``inputs=[...]``, where ``fn(input)`` yields such dicts and runs over the inputs in ``workers``
-    processes.  ``schema`` ({field: type}) overrides inferred field types; the other options are
-    ``pack``'s (format, store, on_error, executor, ...), with the same atomic output and checksums."""
-    if callable(samples):
-        if inputs is None:
-            raise OptionError("pack_samples(fn, DST, inputs=[...]): give the inputs fn is called with")
-        executor = make_executor(options.pop("executor", "local"), options.get("workers"), options.pop("address", None),
-                                 options.pop("task_cpus", None))
-        with executor:  # fn over the inputs, then the pack, on one executor (one Ray connection)
-            items, names, notes = from_inputs(samples, inputs, executor, options.get("on_error", "fail"))
-            origin = {"kind": "python", "function": function_name(samples), "inputs": len(inputs)}
-            source = scan_samples(items, names, schema, origin)
-            source.notes += notes
-            return pack(source, dst, format, executor=executor, **options)
-    else:
+    ``inputs=[...]``, where ``fn(input)`` yields such dicts and runs over the inputs on the pack's
+    executor (``workers`` forked processes, or Ray tasks).  ``schema`` ({field: type}) overrides
+    inferred field types; the other options are ``pack``'s (format, store, on_error, executor, ...),
+    with the same atomic output and checksums."""
+    if not callable(samples):
         if inputs is not None:
             raise OptionError("pack_samples: inputs= goes with a function of one input; these samples are an iterable")
-        items, names, notes, origin = samples, None, [], {"kind": "python"}
-    source = scan_samples(items, names, schema, origin)
-    source.notes += notes
-    return pack(source, dst, format, **options)
+        return pack(scan_samples(samples, None, schema, {"kind": "python"}), dst, format, **options)
+    if inputs is None:
+        raise OptionError("pack_samples(fn, DST, inputs=[...]): give the inputs fn is called with")
+    executor = make_executor(options.pop("executor", "local"), options.get("workers"), options.pop("address", None),
+                             options.pop("task_cpus", None))
+    with executor:  # fn over the inputs, then the pack, on one executor (one Ray connection)
+        items, names, notes = from_inputs(samples, inputs, executor, options.get("on_error", "fail"))
+        source = scan_samples(items, names, schema,
+                              {"kind": "python", "function": function_name(samples), "inputs": len(inputs)})
+        source.notes += notes
+        return pack(source, dst, format, executor=executor, **options)
 
 
 def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, source, tmp: Path,
