@@ -104,10 +104,13 @@ def rgb_copy(src: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def resize_uint8(arr: np.ndarray, wh: Tuple[int, int], scales: Tuple[float, float]) -> np.ndarray:
     """Antialiased bilinear resize of an H x W x C uint8 array to ``wh``, mapping
-    output pixel centres through ``scales`` (output / input, as Pillow's box does)."""
-    x = torch.from_numpy(arr).permute(2, 0, 1).unsqueeze(0)
-    y = torch.ops.aten._upsample_bilinear2d_aa(x, [wh[1], wh[0]], False, scales[0], scales[1])
-    return y[0].permute(1, 2, 0).numpy()
+    output pixel centres through ``scales`` (output / input, as Pillow's box does).
+    The output is written H x W x C (channels-last, as the input): torch's AVX2 kernel
+    then skips its planar repacking, half the resize's time for RGBX."""
+    out = np.empty((wh[1], wh[0], arr.shape[2]), np.uint8)
+    x, y = (torch.from_numpy(a).permute(2, 0, 1).unsqueeze(0) for a in (arr, out))
+    torch.ops.aten._upsample_bilinear2d_aa.out(x, [wh[1], wh[0]], False, scales[0], scales[1], out=y)
+    return out
 
 
 def _pil_orientation(img, where: str) -> int:

@@ -99,3 +99,22 @@ def test_fast_path_keeps_the_safety_rules(tmp_path, exact):
         decode(b"GIF89a" + bytes(40), exact=exact)
     with pytest.raises(ImageDecodeError):
         decode(data[: len(data) // 2], exact=exact)
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+@pytest.mark.parametrize("sliced", [False, True])
+def test_channels_last_resize_equals_torchs_planar_output(channels, sliced):
+    """resize_uint8 writes its output H x W x C (torch's kernel then skips repacking to planes):
+    every pixel equals torch's own planar output, for RGB and RGBX, whole arrays and crop views."""
+    import torch
+    from pixfeed._fastdecode import resize_uint8
+
+    arr = np.random.default_rng(channels).integers(0, 256, (97, 131, channels), dtype=np.uint8)
+    src = arr[5:90, 7:120] if sliced else arr
+    for wh, scales in [((60, 45), (45 / src.shape[0], 60 / src.shape[1])), ((200, 150), (1.5, 1.6))]:
+        out = resize_uint8(src, wh, scales)
+        planar = torch.ops.aten._upsample_bilinear2d_aa(
+            torch.from_numpy(np.ascontiguousarray(src)).permute(2, 0, 1).unsqueeze(0).contiguous(),
+            [wh[1], wh[0]], False, *scales)
+        assert out.shape == (wh[1], wh[0], channels) and out.flags.c_contiguous
+        assert np.array_equal(out, planar[0].permute(1, 2, 0).numpy())
