@@ -19,14 +19,14 @@ kept as ``chunks-BYTES.json`` beside the chunks (once per node, under a lock).
 from __future__ import annotations
 
 import json
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-import xxhash
-
 from .cache import stage
+from .checksum import FileHasher
 from .chunkcache import CHUNK_BYTES, TIMEOUT, ChunkCache
 from .chunkio import flock
 from .errors import CorruptDataError, DatasetNotFoundError, OptionError
@@ -90,23 +90,34 @@ def chunk_hashes(cache: ChunkCache, manifest: dict) -> List[str]:
 
 def _hash_remote(cache: ChunkCache, whole: str) -> List[str]:
     """Every chunk's xxh3_64, fetched PARALLEL at a time (not stored), checked against the file's own hash."""
-    total, out = xxhash.xxh3_64(), []
+    hasher = FileHasher(cache.chunk)
     with ThreadPoolExecutor(PARALLEL) as pool:
         for first in range(0, cache.count, PARALLEL):
             for data in pool.map(cache.get, range(first, min(first + PARALLEL, cache.count))):
-                total.update(data)
-                out.append(xxhash.xxh3_64_hexdigest(data))
-    if total.hexdigest() != whole:
+                hasher.update(data)
+    total, out = hasher.result()
+    if total != whole:
         raise CorruptDataError(f"{cache.store.url_of(cache.name)}: its bytes fail the manifest's xxh3_64 {whole} "
                                f"(damaged object); run 'pixfeed verify {cache.store.url}'")
     return out
 
 
-def manifest_entry(folder: Path, format_name: str, chunk: int = CHUNK_BYTES) -> dict:
-    """The packer's ``chunks`` manifest entry for a finished pack in ``folder`` ({} for other formats)."""
+def manifest_entry(folder: Path, format_name: str, chunk: int = CHUNK_BYTES, whole: Optional[dict] = None,
+                   known: Optional[dict] = None) -> dict:
+    """The packer's ``chunks`` manifest entry for a finished pack in ``folder`` ({} for other formats).
+    ``whole``, a dict, receives each data file's own xxh3_64, hashed in the same pass (one read);
+    ``known``: {file: (its hash, its chunks' hashes)} already hashed by the writer (not read again)."""
     hashes = {}
     for name in DATA_FILES.get(format_name, ()):
-        if (folder / name).is_file():
+        if name in (known or {}):
+            total, hashes[name] = known[name]
+        elif (folder / name).is_file():
+            hasher = FileHasher(chunk)
             with open(folder / name, "rb") as f:
-                hashes[name] = [xxhash.xxh3_64_hexdigest(b) for b in iter(lambda: f.read(chunk), b"")]
+                hasher.feed(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+            total, hashes[name] = hasher.result()
+        else:
+            continue
+        if whole is not None:
+            whole[name] = total
     return {"chunks": {"bytes": chunk, "xxh3_64": hashes}} if hashes else {}

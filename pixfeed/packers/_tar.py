@@ -9,14 +9,15 @@ would write, without TarFile's copies of every member's data.
 """
 from __future__ import annotations
 
-import shutil
+import os
 import tarfile
 from pathlib import Path
 from typing import BinaryIO, List
 
+from ._files import copy_range
+
 BLOCK, RECORD = tarfile.BLOCKSIZE, tarfile.RECORDSIZE
 _ENCODING, _ERRORS = "utf-8", "surrogateescape"  # TarFile's defaults on a UTF-8 system
-_COPY = 16 << 20
 
 
 def member_info(name: str, size: int) -> tarfile.TarInfo:
@@ -45,9 +46,11 @@ def end_archive(f: BinaryIO, offset: int) -> None:
 def join(parts: List[Path], dst: Path) -> None:
     """Concatenate the member streams ``parts`` into the archive ``dst``; remove the parts."""
     parts[0].replace(dst)
-    with open(dst, "ab") as out:
+    with open(dst, "r+b") as out:
+        end = out.seek(0, os.SEEK_END)
         for part in parts[1:]:
             with open(part, "rb") as f:
-                shutil.copyfileobj(f, out, _COPY)
+                end += copy_range(f, 0, out, end, os.fstat(f.fileno()).st_size)
             part.unlink()
-        end_archive(out, out.tell())
+        out.seek(end)
+        end_archive(out, end)

@@ -77,8 +77,9 @@ def scan_dataset(src, dst) -> DatasetSource:
     ds = open_dataset(root, fields=None)
     n, names = len(ds), [f.name for f in ds.schema]
     keys = ds.keys()
-    labels, values = _wds_labels_values(ds, names) if ds.format == "wds" else _labels_values(ds, names, n)
-    source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, _sizes(ds, n))
+    labels, values, sizes = _wds_labels_values(ds, names) if ds.format == "wds" else \
+        (*_labels_values(ds, names, n), _sizes(ds, n))
+    source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, sizes)
     source.dataset, source.schema, source.per_box = ds, ds.schema, ds.per_box
     source.checked = True  # checked when first packed: a JPEG record's header is enough (records.load_record)
     source.values = values
@@ -87,6 +88,11 @@ def scan_dataset(src, dst) -> DatasetSource:
 
 
 def _sizes(ds, n: int) -> np.ndarray:
+    """Each record's stored bytes where the reader knows where records lie (encoded records are
+    repacked as they are, so writers can place them ahead); else the mean stored bytes."""
+    extents = ds.record_extents() if ds.store == "encoded" and hasattr(ds, "record_extents") else None
+    if extents is not None and extents.lengths is not None:
+        return np.asarray(extents.lengths, np.int64)
     stored = sum(meta["bytes"] for meta in ds.manifest["files"].values())
     return np.full(n, stored // max(n, 1), np.int64)
 
@@ -100,12 +106,14 @@ def _labels_values(ds, names, n: int) -> tuple:
 
 
 def _wds_labels_values(ds, names) -> tuple:
-    """The same from a wds dataset: one pass over its shards, images checked and dropped."""
-    labels, raws = [], []
-    for _, _, label, raw in ds.read_range(0, ds.manifest["count"], fields=True):
+    """The same from a wds dataset, and each record's stored bytes: one pass over its shards, images
+    checked and dropped."""
+    labels, raws, sizes = [], [], []
+    for _, stored, label, raw in ds.read_range(0, ds.manifest["count"], fields=True):
         labels.append(label)
         raws.append(raw)
-    return np.asarray(labels, np.int64), _values(ds, names, raws)
+        sizes.append(len(stored) if ds.store == "encoded" else stored.nbytes)
+    return np.asarray(labels, np.int64), _values(ds, names, raws), np.asarray(sizes, np.int64)
 
 
 def _values(ds, names, raws) -> dict:

@@ -2,12 +2,12 @@
 
 Pixels: ``begin`` sizes images.npy for every source image and each worker
 writes its rows in place (``--on-error skip`` compacts it at the end).
-Encoded: each task writes a part file (``parts/part-NNNNNN.bin``), and
-``finish`` concatenates them in task order into data.bin.
+Encoded: data.bin is a ``PlacedFile``: each task writes its records in a
+region placed ahead from the source's sizes, so data.bin is written once
+(and, when every record fits, hashed while tasks run, never read again).
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Iterator, List
 
@@ -15,8 +15,9 @@ import numpy as np
 
 from ..layouts import mmap as layout
 from ..fields import codec
-from ._files import allocate_rows, write_part, write_rows
+from ._files import allocate_rows, write_rows
 from .fieldparts import FieldParts
+from .placed import PlacedFile
 from .records import Record
 from .writer import TaskResult, Writer
 
@@ -28,27 +29,37 @@ class MmapWriter(Writer):
     def _images(self) -> Path:
         return self.root / layout.IMAGES
 
-    def _part(self, task: int) -> Path:
-        return self.root / "parts" / f"part-{task:06d}.bin"
-
     def begin(self, tasks: List[np.ndarray]) -> None:
         if self.opts.store == "pixels":
             allocate_rows(self._images, len(self.source), self.opts.size)
         else:
-            (self.root / "parts").mkdir()
+            self.placed = PlacedFile(self.root / layout.DATA)
+            self.placed.begin(self.source.sizes, tasks)
 
-    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> List[int]:
+    def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> object:
         if self.opts.store == "pixels":
             write_rows(self._images, records)
             return []
-        return write_part(self._part(task), records)
+        return self.placed.write(task, records)
+
+    def task_done(self, result: TaskResult) -> None:
+        if self.opts.store == "encoded":
+            self.placed.task_done(result)
+
+    def abort(self) -> None:
+        if self.opts.store == "encoded" and hasattr(self, "placed"):
+            self.placed.abort()
 
     def finish(self, kept: np.ndarray, results: List[TaskResult]) -> dict:
         if self.opts.store == "pixels":
             if len(kept) < len(self.source):
                 self._compact(kept)
         else:
-            self._concatenate(results)
+            lengths = np.array([n for r in results for n in r.extra[0]], dtype=np.int64)
+            np.save(self.root / layout.OFFSETS, np.concatenate([[0], np.cumsum(lengths)]).astype(layout.OFFSET_DTYPE))
+            hashed = self.placed.join(results)
+            if hashed is not None:
+                self.hashed[layout.DATA] = hashed
         labels = self.source.labels[kept]
         np.save(self.root / layout.LABELS, labels.astype(layout.LABEL_DTYPE))
         checksums = np.array([c for r in results for c in r.checksums], dtype=layout.CHECKSUM_DTYPE)
@@ -92,14 +103,3 @@ class MmapWriter(Writer):
         new.flush()
         del old, new
         tmp.replace(self._images)
-
-    def _concatenate(self, results: List[TaskResult]) -> None:
-        lengths = np.array([n for r in results for n in r.extra], dtype=np.int64)
-        offsets = np.zeros(len(lengths) + 1, dtype=layout.OFFSET_DTYPE)
-        np.cumsum(lengths, out=offsets[1:])
-        with open(self.root / layout.DATA, "wb") as out:
-            for r in results:
-                with open(self._part(r.task), "rb") as part:
-                    shutil.copyfileobj(part, out, 16 << 20)
-        shutil.rmtree(self.root / "parts")
-        np.save(self.root / layout.OFFSETS, offsets)

@@ -137,7 +137,7 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
         keys = [source.keys[i] for i in kept]
         write_json_atomic(tmp / KEYS_NAME, keys)
         extra = {**extra, **keyindex.write(tmp, keys)}
-        manifest = _manifest(fmt, source, opts, kept, results, skipped, extra, tmp)
+        manifest = _manifest(fmt, source, opts, kept, results, skipped, extra, tmp, writer.hashed)
         manifest["stats"] = {"seconds": round(time.perf_counter() - start, 3),
                              "source_bytes": int(source.sizes.sum()),
                              "stored_bytes": sum(r.stored_bytes for r in results)}
@@ -207,8 +207,9 @@ def _output_error(dst: Path, e: OSError) -> OutputError:
     return OutputError(f"cannot write the dataset {dst}: {e.strerror or e}{where}; nothing was written{kept}")
 
 
-def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
+def _manifest(format, source, opts, kept, results, skipped, extra, tmp, known: dict) -> dict:
     hashed = {s["name"]: s["xxh3_64"] for s in extra.get("shards", ())}  # wds workers hashed their shards
+    chunks = manifest_entry(tmp, format.name, whole=hashed, known=known)  # for reading through a chunk cache
     files = {}
     for p in sorted(tmp.rglob("*")):
         if p.is_file():
@@ -223,7 +224,7 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp) -> dict:
         "schema": [f.to_json() for f in source.schema], "per_box": list(source.per_box), "source": source.origin,
         "options": opts.recorded(format), "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **manifest_entry(tmp, format.name),  # per-chunk hashes for reading through a chunk cache
+        **chunks,
         **extra,
     }
 

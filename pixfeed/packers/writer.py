@@ -42,6 +42,7 @@ class Writer:
 
     def __init__(self, root: Path, source: Source, opts: PackOptions):
         self.root, self.source, self.opts = root, source, opts
+        self.hashed: dict = {}  # {file: (xxh3_64, chunk hashes)} hashed by the writer, not read again
 
     def plan(self, workers: int) -> List[np.ndarray]:
         """Contiguous slices of the source: at least ``TASKS_PER_WORKER`` per worker (fewer
