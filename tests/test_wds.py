@@ -358,3 +358,37 @@ def test_shards_written_in_pieces_equal_one_tarfile(image_tree, tmp_path, store)
             add_member(dst, info.name, data)
     assert shard.read_bytes() == buf.getvalue() and len(buf.getvalue()) % tarfile.RECORDSIZE == 0
     assert len(list(Indexed(tmp_path / "d"))) == len(scan(image_tree))
+
+
+def test_tar_headers_equal_tarfiles_for_every_name_and_size():
+    """The patched ustar template (short ASCII names, sizes under 8 GiB) and the tobuf fallback
+    (long, non-ASCII names; 8 GiB and more) give TarFile's bytes."""
+    from pixfeed.packers import _tar
+
+    rng = np.random.default_rng(3)
+    names = ["".join(rng.choice(list("abcXYZ019._-/ "), int(n))) for n in rng.integers(1, 101, 300)]
+    names += ["x" * 100, "y" * 101, "z" * 300, "caf\u00e9.jpg", "\u732b/0001.json", "a.cls"]
+    for name in names:
+        for size in (0, 1, 511, 512, int(rng.integers(0, 8 ** 11)), 8 ** 11 - 1, 8 ** 11, 10 ** 12):
+            want = _tar.member_info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            assert _tar.header(name, size) == want, (name, size)
+
+
+def test_default_shards_keep_a_small_dataset_in_many_whole_shards(tmp_path, monkeypatch):
+    """Without --shard-size/--shard-bytes the bound is 256 MiB, down to 16 MiB so that a dataset
+    makes 64 shards; each is one pack task (no pieces), and every sample is read back once."""
+    from pixfeed.packers import wds as writer
+
+    assert writer.default_shard_bytes(100 << 30) == 256 << 20
+    assert writer.default_shard_bytes(2 << 30) == 32 << 20
+    assert writer.default_shard_bytes(10 << 20) == 16 << 20
+    image_tree = make_tree(tmp_path / "src", per_class=8)
+    monkeypatch.setattr(writer, "SMALLEST_DEFAULT_SHARD", tarfile.RECORDSIZE)
+    monkeypatch.setattr(writer, "MIN_SHARDS", 8)  # 4 tasks for each of 2 workers
+    joined = []
+    monkeypatch.setattr(writer._tar, "join", lambda *a: joined.append(a))
+    m = pack(image_tree, tmp_path / "d", "wds", workers=2, store="encoded")
+    assert len(m["shards"]) >= 8
+    assert joined == []
+    assert sorted(i for i, _ in Indexed(tmp_path / "d", shuffle=False)) == list(range(m["count"]))
+    assert all(s["xxh3_64"] == file_hash(tmp_path / "d" / s["name"]) for s in m["shards"])

@@ -6,7 +6,9 @@ most ``--shard-size`` samples and their files at most ``--shard-bytes``
 bytes (a single larger sample gets a shard of its own); with neither, shards
 are bounded at 256 MiB: big enough for sequential reads and
 negligible per-shard cost, small enough that ImageNet-1k gives ~550 shards,
-several whole shards for each of 8 ranks x 8 DataLoader workers.  Byte
+several whole shards for each of 8 ranks x 8 DataLoader workers.  A dataset
+under 16 GiB gets smaller shards, down to 16 MiB, so that it still has 64
+(``default_shard_bytes``).  Byte
 bounds are planned from source file sizes (encoded; an upper bound when
 ``--max-side`` re-encodes) or H*W*3 plus the .npy header (pixels).  Under
 ``--on-error skip`` a shard holds fewer samples; ``finish`` renumbers the
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional
 
 import numpy as np
+import xxhash
 
 from ..checksum import file_hash, record_hash
 from ..errors import OptionError
@@ -41,9 +44,17 @@ from .writer import TaskResult, Writer
 
 log = logging.getLogger(__name__)
 DEFAULT_SHARD_BYTES = 256 << 20
+MIN_SHARDS, SMALLEST_DEFAULT_SHARD = 64, 16 << 20
 _BLOCK, _RECORD = _tar.BLOCK, _tar.RECORD
 _TASKS_PER_WORKER = 4
 _JSON_FIXED = 192  # the .json member less its key and class name, numbers at their widest
+
+
+def default_shard_bytes(total: int) -> int:
+    """The shard bound without --shard-size or --shard-bytes: 256 MiB, or less for a dataset under
+    16 GiB, so that it still makes ``MIN_SHARDS`` shards (down to 16 MiB each): whole shards for
+    every DataLoader worker of a few ranks, and a pack task per shard (no pieces to join)."""
+    return int(min(DEFAULT_SHARD_BYTES, max(SMALLEST_DEFAULT_SHARD, total // MIN_SHARDS)))
 
 
 def part_name(shard: int, task: int) -> str:
@@ -139,7 +150,7 @@ class WdsWriter(Writer):
     def _shard_ends(self, sizes: np.ndarray) -> List[int]:
         """End positions of the shards: greedy, closing a shard before either bound is passed."""
         opts, n = self.opts, len(sizes)
-        limit = opts.shard_bytes or (None if opts.shard_size else DEFAULT_SHARD_BYTES)
+        limit = opts.shard_bytes or (None if opts.shard_size else default_shard_bytes(int(sizes.sum())))
         budget = np.inf if limit is None else limit // _RECORD * _RECORD - 2 * _BLOCK
         count = opts.shard_size or n
         cum = np.concatenate([[0], np.cumsum(sizes)])
@@ -160,19 +171,21 @@ class WdsWriter(Writer):
     def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> dict:
         shard, whole = self.shard_of[task], self._whole(task)
         path, count, offset = self.root / (shard_name(shard) if whole else part_name(shard, task)), 0, 0
-        with open(path, "wb") as f:
+        with open(path, "wb") as file:
+            f = _Hashing(file)
             for rec in records:
                 offset += self._write_sample(f, rec, self.starts[task] + count)
                 count += 1
             if whole:
                 _tar.end_archive(f, offset)
-        return _shard_entry(path, count) if whole else {"name": path.name, "count": count}
+        return _shard_entry(path, count, f.hash.hexdigest()) if whole else {"name": path.name, "count": count}
 
     def _write_sample(self, f: BinaryIO, rec: Record, index: int) -> int:
         payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
         classes = self.source.classes
         meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
-                "size": list(rec.source_shape), "index": index, "xxh3_64": f"{record_hash(payload):016x}"}
+                "size": list(rec.source_shape), "index": index,
+                "xxh3_64": f"{rec.checksum if payload is rec.data else record_hash(payload):016x}"}
         name = self.names[rec.index]
         fields = [(f.name, *to_member(f, rec.fields[f.name], self.opts.store, self.opts.size))
                   for f in self.source.schema]
@@ -212,8 +225,19 @@ class WdsWriter(Writer):
         return _shard_entry(path, count)
 
 
-def _shard_entry(path: Path, count: int) -> dict:
-    return {"name": path.name, "count": count, "bytes": path.stat().st_size, "xxh3_64": file_hash(path)}
+def _shard_entry(path: Path, count: int, digest: Optional[str] = None) -> dict:
+    return {"name": path.name, "count": count, "bytes": path.stat().st_size, "xxh3_64": digest or file_hash(path)}
+
+
+class _Hashing:
+    """A binary file's ``write``, hashing what goes through it (a shard's xxh3_64 without reading it back)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self.f, self.hash = f, xxhash.xxh3_64()
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        return self.f.write(data)
 
 
 def _renumber(path: Path, start: int) -> None:
