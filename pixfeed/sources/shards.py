@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import OptionError, SourceError
 from ..fields import Field, parse_field_option, parse_type
 from ..storage import Store, is_url, local_path
+from . import _tarwalk
 from .folder import Source
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -186,15 +187,13 @@ def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict
     """(key, {ext: (offset, size, bytes or None for the image kinds)}) per sample, in shard order."""
     f = io.BytesIO(data) if data is not None else open(root / name, "rb")
     total = len(data) if data is not None else os.fstat(f.fileno()).st_size
-    with f, tarfile.open(fileobj=f, mode="r|" if data is not None else "r:") as tar:  # a file: seek past images
+    with f:
         key, members, end = None, {}, 0
-        for info in tar:
-            if not info.isfile():
-                continue
-            end = info.offset_data + -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-            if info.offset_data + info.size > total:  # a stream read does not notice a member cut short
-                raise tarfile.ReadError(f"the shard ends inside member {info.name}")
-            folder, _, base = info.name.rpartition("/")
+        for member, offset, size in _tarwalk.members(f):
+            end = offset + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+            if offset + size > total:
+                raise tarfile.ReadError(f"the shard ends inside member {member}")
+            folder, _, base = member.rpartition("/")
             stem, dot, ext = base.partition(".")
             if not dot:
                 continue
@@ -203,12 +202,17 @@ def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict
                 yield key, members
                 members = {}
             key = this
-            raw = None if ext.lower() in IMAGE_EXTS else tar.extractfile(info).read()  # the image: by range
-            members[ext] = (info.offset_data, info.size, raw)
+            raw = None if ext.lower() in IMAGE_EXTS else _read(f, offset, size)  # the image: by range, later
+            members[ext] = (offset, size, raw)
         if end and end + 2 * tarfile.BLOCKSIZE > total:  # no end-of-archive blocks: cut short between members
             raise tarfile.ReadError("the shard ends without tar's end-of-archive blocks")
         if members:
             yield key, members
+
+
+def _read(f, offset: int, size: int) -> bytes:
+    f.seek(offset)
+    return f.read(size)
 
 
 def _sample(where: str, key: str, members: dict, image_ext: Optional[str]) -> dict:
