@@ -16,9 +16,10 @@ four things differ:
    ``pixfeed[region]`` extra is installed (``_regiondecode``).
 4. One uint8 antialiased bilinear resize by torch (AVX2 kernels, 3-4x faster
    than Pillow's), with the scale given explicitly so that output pixel
-   centres fall where Pillow's do; center crops resize the whole image and
-   slice, random crops resize only the box (as torchvision and the exact path
-   do: crop, then resize).
+   centres fall where Pillow's do; center crops resize the image up to the
+   far edges of the kept window (``kept``: the same pixels) and slice,
+   random crops resize only the box (as torchvision and the exact path do:
+   crop, then resize).
 
 Tolerance against the exact path (checked in tests/test_decode.py, measured in
 benchmarks/bench_decode.py): PSNR >= 35 dB; on 500 ImageNet photos at 224 the
@@ -82,16 +83,32 @@ def finish(arr: np.ndarray, d: int, p: Plan, size: Size) -> np.ndarray:
     if p.box is not None:
         x0, y0, x1, y1 = (round(v / d) for v in p.box)
         region = arr[y0:y1, x0:x1]
-    (sw, sh), (H, W) = p.scaled, size
+    (sw, sh), (H, W), (ox, oy) = p.scaled, size, p.offset
     if d > 1 or region.shape[:2] != (sh, sw):
-        region = resize_uint8(region, (sw, sh), (sh * d / p.src[1], sw * d / p.src[0]))
-    ox, oy = p.offset
+        scales = (sh * d / p.src[1], sw * d / p.src[0])
+        if sw >= W and sh >= H:  # a crop: what lies right of and below the kept window is not made
+            (sh, rows), (sw, cols) = (kept(o + n, s, size, scale) for o, n, s, size, scale in
+                                      zip((oy, ox), (H, W), (sh, sw), region.shape[:2], scales))
+            region = region[:rows, :cols]
+        region = resize_uint8(region, (sw, sh), scales)
     if sw >= W and sh >= H:
         view = region[oy:oy + H, ox:ox + W]
         return rgb_copy(view[:, ::-1] if p.flip else view, np.empty((H, W, 3), np.uint8))
     out = np.zeros((H, W, 3), np.uint8)
     rgb_copy(region, out[oy:oy + sh, ox:ox + sw])
     return np.ascontiguousarray(out[:, ::-1] if p.flip else out)
+
+
+def kept(end: int, out: int, size: int, scale: float) -> Tuple[int, int]:
+    """Along one axis of an antialiased bilinear resize of ``size`` pixels to ``out`` by ``scale``:
+    (outputs, inputs) to make so that the first ``end`` outputs come out the same.  Each output's
+    weights depend only on the scale and its own centre, so when shrinking (scale < 1) resizing
+    just the inputs the first ``end`` read gives those pixels (torch's kernel has no offset, so only
+    the far side can be left out); otherwise the whole axis (torch skips an axis whose input and
+    output sizes are equal, whatever the scale)."""
+    if scale >= 1.0:
+        return out, size
+    return end, min(size, int((end - 0.5) / scale + 1.0 / scale + 0.5) + 1)
 
 
 def rgb_copy(src: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -118,3 +118,23 @@ def test_channels_last_resize_equals_torchs_planar_output(channels, sliced):
             [wh[1], wh[0]], False, *scales)
         assert out.shape == (wh[1], wh[0], channels) and out.flags.c_contiguous
         assert np.array_equal(out, planar[0].permute(1, 2, 0).numpy())
+
+
+def test_center_crops_resize_only_up_to_the_kept_window():
+    """finish() leaves out what lies right of and below a center crop's window (when shrinking):
+    every pixel equals resizing the whole image and then cropping, shrinking or enlarging."""
+    import torch
+    from pixfeed import geometry
+    from pixfeed._fastdecode import finish, kept, resize_uint8
+
+    assert kept(100, 200, 1000, 0.2) == (100, 504) and kept(100, 200, 150, 1.5) == (200, 150)
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        h, w = (int(v) for v in rng.integers(12, 500, 2))
+        arr = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+        size = tuple(int(v) for v in rng.integers(4, 300, 2))
+        for ratio in (224 / 256, 1.0):
+            p = geometry.plan(w, h, size, "crop", "center", None, ratio)
+            (sw, sh), (ox, oy) = p.scaled, p.offset
+            whole = resize_uint8(arr, (sw, sh), (sh / h, sw / w)) if (sh, sw) != (h, w) else arr
+            assert np.array_equal(finish(arr, 1, p, size), whole[oy:oy + size[0], ox:ox + size[1], :3])
