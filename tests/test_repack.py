@@ -115,3 +115,19 @@ def headers(path):
         out = sorted(tuple(parse(value, "test")[0])[2:] for key, value in txn.cursor() if key.isdigit())
     env.close()
     return out
+
+
+def test_a_repack_keeps_the_source_store_and_size_unless_told(tmp_path):
+    """Without --store, a repack stores what OLD stored (mmap's own default is pixels at 256): encoded
+    bytes stay the same bytes, stored pixels keep their size; --size (or --store) still decides."""
+    src = make_tree(tmp_path / "src")
+    pixfeed.pack(src, tmp_path / "enc", "lmdb", workers=1)
+    m = pixfeed.pack(tmp_path / "enc", tmp_path / "mmap", "mmap", workers=1)
+    assert m["store"] == "encoded" and m["shape"] is None
+    old, new = pixfeed.open_dataset(tmp_path / "enc"), pixfeed.open_dataset(tmp_path / "mmap")
+    assert all(bytes(old.read_checked([i])[1][0]) == bytes(new.read_checked([i])[1][0]) for i in range(len(old)))
+    pixfeed.pack(src, tmp_path / "pix", "hdf5", store="pixels", size="20x24", workers=1)
+    assert pixfeed.pack(tmp_path / "pix", tmp_path / "pix2", "mmap", workers=1)["shape"] == [20, 24, 3]
+    assert pixfeed.pack(tmp_path / "pix", tmp_path / "pix3", "wds", workers=1)["store"] == "pixels"
+    assert pixfeed.pack(tmp_path / "enc", tmp_path / "small", "mmap", size=16, workers=1)["shape"] == [16, 16, 3]
+    assert pixfeed.pack(tmp_path / "pix", tmp_path / "enc2", "mmap", store="encoded", workers=1)["store"] == "encoded"

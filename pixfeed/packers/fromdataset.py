@@ -1,7 +1,8 @@
 """A pixfeed dataset as a pack's source: repack it in another format, store mode or size.
 
 ``pixfeed pack OLD NEW --format wds`` where OLD holds ``pixfeed.json``: its
-records, keys, labels, classes and fields are carried over, every checksum
+records, keys, labels, classes and fields are carried over, in OLD's store
+(and pixel size) unless ``--store`` (``--size``) says otherwise, every checksum
 checked on the way in (``read_checked``, ``read_fields``).  Encoded records
 go to the new pack as the bytes they are; stored pixels (and pixels-mode masks
 and second images) as lossless PNGs, so a repack to pixels resizes what OLD
@@ -22,9 +23,10 @@ from PIL import Image
 from ..errors import OptionError
 from ..fields import array, picture
 from ..fields.codec import decode
-from ..manifest import MANIFEST_NAME
+from ..manifest import MANIFEST_NAME, read_manifest
 from ..sources import Source
 from ..storage import is_url, local_path
+from .options import STORE_ONLY
 
 BLOCK = 256  # records read at once by a task
 
@@ -66,6 +68,19 @@ def _png(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, "PNG", compress_level=1)
     return buf.getvalue()
+
+
+def kept_store(src, options: dict) -> dict:
+    """Pack options for a repack of ``src``: without ``store`` or an option of one store (``size``,
+    ``max_side``, ...), the source's store is kept (for stored pixels, with its pixel size), whatever
+    the new format's default."""
+    if options.get("store") is not None or any(options.get(k) not in (None, False) for k in STORE_ONLY):
+        return options
+    manifest = read_manifest(local_path(src))
+    kept = {"store": manifest["store"]}
+    if manifest["store"] == "pixels" and options.get("size") is None and manifest.get("shape"):
+        kept["size"] = "{}x{}".format(*manifest["shape"][:2])
+    return {**options, **kept}
 
 
 def scan_dataset(src, dst) -> DatasetSource:

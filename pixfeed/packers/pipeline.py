@@ -37,7 +37,7 @@ from ..storage import is_url, local_path
 from . import interrupt
 from .executors import make_executor, run_tasks
 from .fieldparts import FieldParts
-from .fromdataset import is_dataset, scan_dataset
+from .fromdataset import is_dataset, kept_store, scan_dataset
 from .options import PackOptions
 from .upload import Upload
 from .writer import Writer
@@ -74,6 +74,8 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     ``address``; see pixfeed.packers.ray_executor); both give the same dataset.
     """
     fmt = registry.get(format)
+    if not isinstance(src, Source) and is_dataset(src):
+        options = kept_store(src, options)
     opts = PackOptions.create(**options).resolve(fmt)
     cls = registry.writer_class(format)
     executor = make_executor(executor, opts.workers, address, task_cpus)
