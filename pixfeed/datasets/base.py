@@ -43,6 +43,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from .. import batchbuffers
 from ..checksum import record_hash
 from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
 from ..geometry import center_slices, check_crop_ratio
@@ -334,10 +335,10 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         if isinstance(stored, np.ndarray) and not self.cpu_bound:
             rows, cols = self._slice_crop()
             batch = stored[:, rows, cols]
-            if self.size is not None:
-                batch = np.ascontiguousarray(batch)
+            if self.size is not None and not batch.flags.c_contiguous:
+                batch = _copied(batch)
         else:
-            batch = np.empty((len(idx), shape[1], shape[2], 3), dtype=np.uint8)
+            batch = batchbuffers.empty((len(idx), shape[1], shape[2], 3))
             rngs = [sample_rng(int(i)) if self.crop == "random" else None for i in idx]  # drawn here, in order
 
             def one(j: int) -> None:
@@ -347,3 +348,9 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         if self.transform is not None:
             images = torch.stack([self.transform(x) for x in images])
         return idx, images, torch.from_numpy(np.asarray(labels, dtype=np.int64))
+
+
+def _copied(arr: np.ndarray) -> np.ndarray:
+    out = batchbuffers.empty(arr.shape, arr.dtype)
+    np.copyto(out, arr)
+    return out

@@ -5,6 +5,7 @@ from typing import Optional
 
 import numpy as np
 
+from .. import batchbuffers
 from ..layouts import hdf5 as layout
 from ..pagecache import Extents
 from .base import MapImageDataset
@@ -76,7 +77,7 @@ class H5ImageDataset(MapImageDataset):
         data = self.handle["data"]
         if self.store != "pixels":
             return [data[i] for i in indices]
-        out = np.empty((len(indices), *data.shape[1:]), np.uint8)
+        out = batchbuffers.empty((len(indices), *data.shape[1:]))
         if self.handle["raw_chunks"]:
             flat = out.reshape(len(indices), -1)
             for j, i in enumerate(indices):

@@ -24,6 +24,7 @@ import weakref
 
 import numpy as np
 
+from .. import batchbuffers
 from ..errors import CorruptDataError
 from ..layouts.lmdb import DATA, record_key
 from ..memory import fits_in_page_cache
@@ -76,7 +77,7 @@ class LmdbImageDataset(MapImageDataset):
     def read_stored(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of bytes."""
         shape = self.stored_shape  # None in encoded mode
-        stored = np.empty((len(indices), *shape), np.uint8) if shape else []
+        stored = batchbuffers.empty((len(indices), *shape)) if shape else []
         labels = np.empty(len(indices), np.int64)
         checksums = np.empty(len(indices), np.uint64)
         with self.handle.begin(buffers=True) as txn:

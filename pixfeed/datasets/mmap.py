@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import batchbuffers
 from ..checksum import record_hash
 from ..chunkfile import npy_layout, read_at, readinto_at
 from ..errors import CorruptDataError
@@ -69,7 +70,7 @@ class MmapImageDataset(MapImageDataset):
         h = self.handle
         checksums = h["checksums"][indices]
         if self.store == "pixels":
-            stored = np.empty((len(indices), *self.stored_shape), np.uint8)
+            stored = batchbuffers.empty((len(indices), *self.stored_shape))
             if "map" in h:  # one gather (releases the GIL); mode="clip": the indices are checked, out unbuffered
                 np.take(h["map"], indices, axis=0, out=stored, mode="clip")
                 for j in range(len(indices)) if check else ():

@@ -1,0 +1,41 @@
+"""Batch arrays recycled once nothing refers to them.
+
+A batch of 64 images at 224 is 9.6 MB: allocated afresh for every batch,
+glibc hands the freed block back to the kernel and the next batch pays 2,400
+page faults and the kernel's zeroing (stored pixels through ``make_loader``
+read at 67,000 images/s here instead of 93,000).  ``empty`` hands out a view of
+an array this process keeps (up to ``KEEP`` per shape) when no view of it is
+left anywhere: the caller's tensors and arrays hold the view, and the view
+holds the kept array, so its reference count says when it is free again.
+Nothing is reused while any batch built on it is alive, whoever holds it.
+The arrays are this process's own (a forked worker starts without any, so
+it never touches its parent's pages).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+KEEP = 4  # arrays kept per shape: the batches a loader has alive at once, and one more
+
+_lock = threading.Lock()
+_kept: Dict[Tuple[int, tuple, str], List[np.ndarray]] = {}
+_FREE = 3  # references to a kept array no view holds: the list, the loop variable, getrefcount's own
+
+
+def empty(shape: tuple, dtype=np.uint8) -> np.ndarray:
+    """An uninitialised array of ``shape``: a view of a kept array no batch uses any more, else new."""
+    key = (os.getpid(), tuple(int(n) for n in shape), np.dtype(dtype).str)
+    with _lock:
+        arrays = _kept.setdefault(key, [])
+        for arr in arrays:
+            if sys.getrefcount(arr) == _FREE:
+                return arr[...]
+        arr = np.empty(key[1], dtype)
+        if len(arrays) < KEEP:
+            arrays.append(arr)
+        return arr[...]

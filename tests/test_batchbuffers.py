@@ -1,0 +1,38 @@
+"""Recycled batch arrays: reused once nothing refers to them, never while any batch built on them
+lives, whoever holds it (a view, a tensor, a loader's batch kept by the user)."""
+from __future__ import annotations
+
+import torch
+
+import pixfeed
+from conftest import make_tree
+from pixfeed import batchbuffers
+from pixfeed.loaders import make_loader
+
+
+def test_an_array_comes_back_only_when_nothing_refers_to_it():
+    shape = (3, 5, 7, 3)
+    a = batchbuffers.empty(shape)
+    first = a.ctypes.data
+    tensor = torch.from_numpy(a[:, 1:]).permute(0, 3, 1, 2)  # a view of a view, as a batch is
+    del a
+    b = batchbuffers.empty(shape)
+    assert b.ctypes.data != first  # the tensor still holds the first array
+    second = b.ctypes.data
+    del b
+    assert batchbuffers.empty(shape).ctypes.data == second  # nothing holds the second: it comes back
+    del tensor
+    held = [batchbuffers.empty(shape) for _ in range(batchbuffers.KEEP + 2)]
+    assert len({x.ctypes.data for x in held}) == len(held)
+
+
+def test_batches_a_user_keeps_stay_intact(tmp_path):
+    """Keeping every batch of two epochs (stored pixels, no workers): each still holds its own images."""
+    src = make_tree(tmp_path / "src", per_class=8)
+    pixfeed.pack(src, tmp_path / "ds", "mmap", store="pixels", size=16, workers=1)
+    ds = pixfeed.open_dataset(tmp_path / "ds")
+    loader = make_loader(ds, batch_size=5, shuffle=False, num_workers=0)
+    kept = [x for _ in range(2) for x, _ in loader]
+    want = torch.stack([ds[i][0] for i in range(len(ds))])
+    assert torch.equal(torch.cat(kept), torch.cat([want, want]))
+    assert len({x.data_ptr() for x in kept}) == len(kept)
