@@ -123,9 +123,12 @@ def resize_uint8(arr: np.ndarray, wh: Tuple[int, int], scales: Tuple[float, floa
     """Antialiased bilinear resize of an H x W x C uint8 array to ``wh``, mapping
     output pixel centres through ``scales`` (output / input, as Pillow's box does).
     The output is written H x W x C (channels-last, as the input): torch's AVX2 kernel
-    then skips its planar repacking, half the resize's time for RGBX."""
+    then skips its planar repacking, half the resize's time for RGBX.  A strided input (a crop's
+    view) is copied by NumPy first: torch copies it on its OpenMP threads, which a process forked
+    after they started never gets back (the resize then waits for ever), and which spin beside the
+    decode threads."""
     out = np.empty((wh[1], wh[0], arr.shape[2]), np.uint8)
-    x, y = (torch.from_numpy(a).permute(2, 0, 1).unsqueeze(0) for a in (arr, out))
+    x, y = (torch.from_numpy(a).permute(2, 0, 1).unsqueeze(0) for a in (np.ascontiguousarray(arr), out))
     torch.ops.aten._upsample_bilinear2d_aa.out(x, [wh[1], wh[0]], False, scales[0], scales[1], out=y)
     return out
 

@@ -138,3 +138,27 @@ def test_center_crops_resize_only_up_to_the_kept_window():
             (sw, sh), (ox, oy) = p.scaled, p.offset
             whole = resize_uint8(arr, (sw, sh), (sh / h, sw / w)) if (sh, sw) != (h, w) else arr
             assert np.array_equal(finish(arr, 1, p, size), whole[oy:oy + size[0], ox:ox + size[1], :3])
+
+
+def test_a_forked_child_resizes_a_crop_after_its_parent_used_torch_threads():
+    """A crop's strided view is copied by NumPy, not on torch's OpenMP threads: a process forked after
+    they started (a benchmark's decode processes) never gets them back and waited for ever."""
+    import multiprocessing as mp
+    import torch
+    from pixfeed._fastdecode import resize_uint8
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        arr = np.random.default_rng(0).integers(0, 256, (375, 500, 4), dtype=np.uint8)
+        (torch.ones(2000, 2000) * 2).sum()  # the parent's OpenMP threads start
+        resize_uint8(arr[:300, :420], (282, 240), (256 / 375, 341 / 500))
+        ctx = mp.get_context("fork")
+        child = ctx.Process(target=resize_uint8, args=(arr[:300, :420], (282, 240), (256 / 375, 341 / 500)))
+        child.start()
+        child.join(60)
+        alive = child.is_alive()
+        child.kill()
+        assert not alive and child.exitcode == 0
+    finally:
+        torch.set_num_threads(threads)

@@ -58,6 +58,9 @@ def memcopy(nbytes: int = MEMCOPY_BYTES, repeats: int = REPEATS) -> dict:
 
 
 def _decode_share(share: Sequence[bytes], size: Size, exact: bool, barrier, results) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # as in DataLoader workers: a forked child never gets its parent's OpenMP threads
     barrier.wait()
     start, cpu = time.perf_counter(), time.process_time()
     for data in share:
