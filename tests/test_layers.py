@@ -30,7 +30,7 @@ LAYERS = {
     "__init__.py": CORE, "errors.py": CORE, "checksum.py": CORE, "record.py": CORE, "manifest.py": CORE,
     "registry.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
     "_jpeghead.py": CORE, "_regiondecode.py": CORE, "decodepool.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE,
-    "pagecache.py": CORE,
+    "pagecache.py": CORE, "batchbuffers.py": CORE,
     "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
     "storage_options.py": CORE, "cache.py": CORE, "seeds.py": CORE, "memory.py": CORE, "_memlimit.py": CORE,
     "fields/": CORE, "sources/": CORE, "sample_index.py": CORE,

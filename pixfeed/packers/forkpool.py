@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import sys
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, Iterable, Iterator
 
@@ -98,6 +99,9 @@ def _died(proc) -> WorkerDied:
 
 
 def _serve(conn: Connection, fn: Callable[[Any], Any], init: Callable[[], None]) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:  # as in DataLoader workers: a forked child never gets its parent's OpenMP threads
+        torch.set_num_threads(1)
     init()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, interrupt.SIGNALS)
     while True:
