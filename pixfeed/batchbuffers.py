@@ -4,8 +4,8 @@ A batch of 64 images at 224 is 9.6 MB: allocated afresh for every batch,
 glibc hands the freed block back to the kernel and the next batch pays 2,400
 page faults and the kernel's zeroing (stored pixels through ``make_loader``
 read at 67,000 images/s here instead of 93,000).  ``empty`` hands out a view of
-an array this process keeps (up to ``KEEP`` per shape) when no view of it is
-left anywhere: the caller's tensors and arrays hold the view, and the view
+an array this process keeps (up to ``KEEP`` per shape, ``KEEP_BYTES`` in all)
+when no view of it is left anywhere: the caller's tensors and arrays hold the view, and the view
 holds the kept array, so its reference count says when it is free again.
 Nothing is reused while any batch built on it is alive, whoever holds it.
 The arrays are this process's own (a forked worker starts without any, so
@@ -21,6 +21,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 KEEP = 4  # arrays kept per shape: the batches a loader has alive at once, and one more
+KEEP_BYTES = 512 << 20  # at most this much kept per process (4 batches of 256 images at 224 are 154 MB)
 
 _lock = threading.Lock()
 _kept: Dict[Tuple[int, tuple, str], List[np.ndarray]] = {}
@@ -36,6 +37,7 @@ def empty(shape: tuple, dtype=np.uint8) -> np.ndarray:
             if sys.getrefcount(arr) == _FREE:
                 return arr[...]
         arr = np.empty(key[1], dtype)
-        if len(arrays) < KEEP:
+        kept = sum(a.nbytes for k, v in _kept.items() if k[0] == key[0] for a in v)
+        if len(arrays) < KEEP and kept + arr.nbytes <= KEEP_BYTES:
             arrays.append(arr)
         return arr[...]

@@ -36,3 +36,13 @@ def test_batches_a_user_keeps_stay_intact(tmp_path):
     want = torch.stack([ds[i][0] for i in range(len(ds))])
     assert torch.equal(torch.cat(kept), torch.cat([want, want]))
     assert len({x.data_ptr() for x in kept}) == len(kept)
+
+
+def test_what_is_kept_is_bounded(monkeypatch):
+    """Beyond KEEP_BYTES in all, arrays are made and dropped as before: nothing more is kept."""
+    monkeypatch.setattr(batchbuffers, "_kept", {})
+    monkeypatch.setattr(batchbuffers, "KEEP_BYTES", 3000)
+    held = [batchbuffers.empty((1000,)) for _ in range(5)]
+    assert sum(a.nbytes for v in batchbuffers._kept.values() for a in v) == 3000
+    del held
+    assert len({batchbuffers.empty((1000,)).ctypes.data for _ in range(3)}) == 1  # a kept one comes back
