@@ -39,7 +39,7 @@ class PlacedFile:
     def _driver(self) -> None:
         """The driver's hashing state (not sent to workers or Ray tasks)."""
         self._done: dict = {}
-        self._next, self._hasher, self._pool, self._fd = 0, FileHasher(CHUNK_BYTES), None, None
+        self._next, self._hasher, self._pool = 0, FileHasher(CHUNK_BYTES), None
 
     def __getstate__(self) -> dict:
         return {"path": self.path, "parts": self.parts, "regions": self.regions}
@@ -64,11 +64,18 @@ class PlacedFile:
         self._done[result.task] = result
         while self._next in self._done and self._filled(self._done[self._next]):
             if self._pool is None:
-                self._pool, self._fd = ThreadPoolExecutor(1, thread_name_prefix="pixfeed-hash"), \
-                    os.open(self.path, os.O_RDONLY)
-            start, stop = self.regions[self._next], self.regions[self._next + 1]
-            self._pool.submit(self._hasher.feed, self._fd, start, stop)
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="pixfeed-hash")
+            self._pool.submit(self._feed, self.regions[self._next], self.regions[self._next + 1])
             self._next += 1
+
+    def _feed(self, start: int, stop: int) -> None:
+        """Hash a finished region, the file opened after its task closed it (what a shared file system
+        such as NFS promises to show another machine's writes by)."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self._hasher.feed(fd, start, stop)
+        finally:
+            os.close(fd)
 
     def join(self, results: List[TaskResult]) -> Optional[tuple]:
         """Make the file the records in task order; return (file hash, chunk hashes) when the file
@@ -83,7 +90,6 @@ class PlacedFile:
     def abort(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
-            os.close(self._fd)
             self._pool = None
 
     def _finish_hashing(self) -> tuple:
