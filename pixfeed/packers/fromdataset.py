@@ -103,8 +103,11 @@ def scan_dataset(src, dst) -> DatasetSource:
 
 
 def _sizes(ds, n: int) -> np.ndarray:
-    """Each record's stored bytes where the reader knows where records lie (encoded records are
-    repacked as they are, so writers can place them ahead); else the mean stored bytes."""
+    """What each record will take in the new pack, for writers that place records ahead (encoded
+    records are repacked as they are): from the reader's record extents, exact for mmap (data.bin
+    spans), an upper bound for LMDB (its values add a header and a field table) and HDF5 (a heap
+    collection), so a repack from those leaves gaps for the writer to close; else the mean stored
+    bytes."""
     extents = ds.record_extents() if ds.store == "encoded" and hasattr(ds, "record_extents") else None
     if extents is not None and extents.lengths is not None:
         return np.asarray(extents.lengths, np.int64)

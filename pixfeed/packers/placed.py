@@ -1,7 +1,8 @@
 """A data file written once: each pack task's records placed ahead, in a region of their own.
 
 ``begin`` sizes the file from the source's sizes, task by task (exact for
-files stored as they are and for a repack; estimates elsewhere).  Each task
+files stored as they are and for a repack of mmap or wds; upper bounds for a
+repack of LMDB or HDF5; estimates elsewhere).  Each task
 writes its records one after another from its region's start, and the
 records that do not fit go to the task's part file (``_files.write_placed``).
 
