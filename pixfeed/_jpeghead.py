@@ -74,8 +74,8 @@ def _app1_segments(data: bytes):
         if marker in (_SOS, _EOI):
             return
         length = struct.unpack_from(">H", data, pos + 2)[0]
-        if marker == _APP1:
-            yield data[pos + 4: pos + 2 + length]
+        if marker == _APP1:  # as bytes: ``in`` on a memoryview would look for an element, not a run
+            yield bytes(data[pos + 4: pos + 2 + length])
         pos += 2 + length
     yield None
 

@@ -70,12 +70,14 @@ def test_exif_orientation_on_fast_path(tmp_path, orientation):
     exact, fast = both(data, size=(40, 30), resize_mode="stretch")
     assert psnr(exact, fast) >= 40
     assert _jpeghead.exif_orientation(data) == orientation
+    assert _jpeghead.exif_orientation(memoryview(data)) == orientation  # a repack's view of data.bin
 
 
 def test_xmp_orientation_goes_through_pillow(tmp_path):
     xmp = b'<x:xmpmeta><rdf:Description tiff:Orientation="6"/></x:xmpmeta>'
     data = encode(tmp_path, size=(90, 60), xmp=xmp)
     assert _jpeghead.exif_orientation(data) is None
+    assert _jpeghead.exif_orientation(memoryview(np.frombuffer(data, np.uint8))) is None  # not a missed XMP run
     exact, fast = both(data)
     assert exact.shape == (90, 60, 3) and np.array_equal(exact, fast)
 

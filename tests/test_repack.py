@@ -92,11 +92,17 @@ def test_a_repack_reads_jpeg_headers_only_and_keeps_every_shape(tmp_path, monkey
         exif[0x0112] = orientation
         write_image(src / "cat" / f"rot{orientation}.jpg", size=(40, 24), exif=exif.tobytes())
     pixfeed.pack(src, tmp_path / "old", "mmap", store="encoded", workers=1)
-    full = []
-    check = records.check_encoded
+    full, hashed = [], []
+    check, rehash = records.check_encoded, records.record_hash
     monkeypatch.setattr(records, "check_encoded", lambda data, *a, **k: full.append(data[:4]) or check(data, *a, **k))
+    monkeypatch.setattr(records, "record_hash", lambda data: hashed.append(len(data)) or rehash(data))
     pixfeed.pack(tmp_path / "old", tmp_path / "new", "lmdb", store="encoded", workers=1)
     assert full and all(head.startswith(b"\x89PNG") for head in full)  # only the PNGs were parsed whole
+    assert not hashed  # each record keeps the checksum it was checked against on the way in
+    pixfeed.pack(tmp_path / "old", tmp_path / "small", "lmdb", store="encoded", max_side=16, workers=1)
+    small = pixfeed.open_dataset(tmp_path / "small")
+    assert len(hashed) == len(small)  # re-encoded: new bytes, hashed
+    small.read_checked(range(len(small)))  # and their checksums hold
     monkeypatch.undo()
     pixfeed.pack(src, tmp_path / "direct", "lmdb", store="encoded", workers=1)
     assert headers(tmp_path / "new") == headers(tmp_path / "direct")  # the same (H, W) as a full check's

@@ -392,3 +392,23 @@ def test_default_shards_keep_a_small_dataset_in_many_whole_shards(tmp_path, monk
     assert joined == []
     assert sorted(i for i, _ in Indexed(tmp_path / "d", shuffle=False)) == list(range(m["count"]))
     assert all(s["xxh3_64"] == file_hash(tmp_path / "d" / s["name"]) for s in m["shards"])
+
+
+@pytest.mark.parametrize("most", [1, 7, 512, 100_000])
+def test_writev_all_finishes_what_a_short_writev_left(tmp_path, monkeypatch, most):
+    """A shard's sample goes out in one writev; where the kernel takes less, the rest follows, in order."""
+    import os
+
+    from pixfeed.packers._files import writev_all
+
+    real = os.writev
+    monkeypatch.setattr(os, "writev", lambda fd, views: real(fd, [bytes(b"".join(views)[:most])]))
+    rng = np.random.default_rng(0)
+    buffers = [rng.bytes(int(n)) for n in (0, 3, 512, 0, 1000, 70_000, 5)]
+    buffers[2] = memoryview(np.frombuffer(buffers[2], np.uint8))  # a record's view of its source file
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    try:
+        assert writev_all(fd, buffers) == sum(len(bytes(b)) for b in buffers)
+    finally:
+        os.close(fd)
+    assert (tmp_path / "out").read_bytes() == b"".join(bytes(b) for b in buffers)

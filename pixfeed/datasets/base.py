@@ -278,11 +278,16 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
 
     def read_checked(self, indices: Sequence[int]):
         """(indices made non-negative, stored records, labels), checksums checked."""
+        return self.read_verified(indices)[:3]
+
+    def read_verified(self, indices: Sequence[int]):
+        """``read_checked``'s records and the checksums they were checked against (unchecked when
+        ``checksums`` is off): a repack keeps a record's checksum rather than hash it again."""
         idx = self._indices(indices)
         stored, labels, checksums = self.read_stored(idx)
         for rec, expected, i in zip(stored, checksums, idx):
             self.check_checksum(rec, expected, int(i))
-        return idx, stored, labels
+        return idx, stored, labels, checksums
 
     def __getitem__(self, i: int):
         if not self.default_fields:

@@ -61,6 +61,22 @@ def write_placed(path: Path, start: int, stop: int, part: Path, records: Iterabl
     return lengths, pos - start
 
 
+def writev_all(fd: int, buffers: List) -> int:
+    """Write ``buffers`` one after another at ``fd``'s position, in one ``writev`` where it takes them
+    all; return the bytes written."""
+    views, total = [v for v in map(memoryview, buffers) if v.nbytes], 0
+    while views:
+        n = os.writev(fd, views)
+        if n == 0:
+            raise OSError(errno.EIO, "writev wrote nothing")
+        total += n
+        while views and n >= views[0].nbytes:
+            n -= views.pop(0).nbytes
+        if views:
+            views[0] = views[0][n:]
+    return total
+
+
 def _pwrite_all(fd: int, data, pos: int) -> int:
     view = memoryview(data)
     while view:

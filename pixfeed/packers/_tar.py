@@ -33,30 +33,30 @@ def header(name: str, size: int) -> bytes:
     raw = name.encode("ascii") if name.isascii() else b""
     if not 0 < len(raw) <= 100 or b"\0" in raw or size >= 8 ** 11:
         return member_info(name, size).tobuf(tarfile.PAX_FORMAT, _ENCODING, _ERRORS)
-    buf = bytearray(_TEMPLATE)
-    buf[:len(raw)] = raw
-    buf[124:136] = b"%011o\0" % size
-    buf[148:156] = b" " * 8
-    buf[148:155] = b"%06o\0" % sum(buf)  # the checksum: every byte, its own field counted as spaces
-    return bytes(buf)
+    field = b"%011o\0" % size
+    # the checksum: every byte, its own field counted as spaces (the template's, less its empty fields)
+    checksum = b"%06o\0" % (_TEMPLATE_SUM + sum(raw) + sum(field))
+    return b"".join((raw, _TEMPLATE[len(raw):124], field, _TEMPLATE[136:148], checksum, _TEMPLATE[155:]))
 
 
 _TEMPLATE = member_info("", 0).tobuf(tarfile.PAX_FORMAT, _ENCODING, _ERRORS)
+_TEMPLATE_SUM = sum(_TEMPLATE[:148]) + 8 * ord(" ") + sum(_TEMPLATE[156:]) - sum(_TEMPLATE[124:136])
+_ZEROS = bytes(RECORD)
 
 
-def write_member(f: BinaryIO, name: str, data: bytes) -> int:
-    """Write member ``name`` holding ``data`` at ``f``'s position; return the bytes written."""
-    head, padding = header(name, len(data)), -len(data) % BLOCK
-    f.write(head)
-    f.write(data)
-    f.write(bytes(padding))
-    return len(head) + len(data) + padding
+def member(name: str, data) -> List:
+    """Member ``name`` holding ``data``: its header, data and padding, to be written in that order."""
+    return [header(name, len(data)), data, _ZEROS[:-len(data) % BLOCK]]
+
+
+def end(offset: int) -> bytes:
+    """What ends an archive whose members take ``offset`` bytes."""
+    return bytes(2 * BLOCK + -(offset + 2 * BLOCK) % RECORD)
 
 
 def end_archive(f: BinaryIO, offset: int) -> None:
     """End an archive whose members take ``offset`` bytes (``f`` is positioned after them)."""
-    offset += 2 * BLOCK
-    f.write(bytes(2 * BLOCK + -offset % RECORD))
+    f.write(end(offset))
 
 
 def join(parts: List[Path], dst: Path) -> None:

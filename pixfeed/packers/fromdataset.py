@@ -27,6 +27,7 @@ from ..manifest import MANIFEST_NAME, read_manifest
 from ..sources import Source
 from ..storage import is_url, local_path
 from .options import STORE_ONLY
+from .records import Verified
 
 BLOCK = 256  # records read at once by a task
 
@@ -54,9 +55,13 @@ class DatasetSource(Source):
                    for i, stored, _, _ in self.dataset.read_range(min(indices), max(indices) + 1) if i in wanted}
             yield from ((i, got.pop(i)) for i in indices)
             return
+        verified = self.dataset.store == "encoded" and self.dataset.checksums
         for start in range(0, len(indices), BLOCK):
-            idx, stored, _ = self.dataset.read_checked(indices[start:start + BLOCK])
-            yield from zip(idx.tolist(), (_encoded(s, self.dataset.store) for s in stored))
+            idx, stored, _, sums = self.dataset.read_verified(indices[start:start + BLOCK])
+            if verified:  # the bytes as the reader holds them (a view of data.bin: no copy), their checksum
+                yield from ((i, Verified(memoryview(s), int(c))) for i, s, c in zip(idx.tolist(), stored, sums))
+            else:
+                yield from zip(idx.tolist(), (_encoded(s, self.dataset.store) for s in stored))
 
 
 def _encoded(stored, store: str) -> bytes:

@@ -14,7 +14,7 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Union
+from typing import Dict, List, NamedTuple, Union
 
 import numpy as np
 from PIL import Image
@@ -27,6 +27,13 @@ from ..geometry import Plan
 from ..sources.folder import Source
 from .fieldrecords import pack_fields
 from .options import PackOptions
+
+
+class Verified(NamedTuple):
+    """Encoded bytes a source has already checked against their xxh3_64 ``checksum`` (a pixfeed
+    dataset's record, maybe a view of its file): stored as they are, they keep it, unhashed."""
+    data: object
+    checksum: int
 
 
 @dataclass
@@ -47,6 +54,9 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
     """Turn source image ``i`` into a record (raises SourceError).  ``data``: its bytes when
     already fetched (Source.fetch), or the error that fetching them raised; None reads the file."""
     where = Location(source.where, i)  # formatted only into an error or a note
+    known = None  # the stored bytes' checksum, when the source checked it
+    if isinstance(data, Verified):
+        data, known = data
     if isinstance(data, Exception):
         raise SourceError(f"cannot read ({data})") from None
     if data is None:
@@ -60,20 +70,23 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
     if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
         notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
     if opts.store == "pixels":
-        arr, source_shape, plan = decode_for_pack(data, opts.size, opts.resize, where, opts.max_pixels)
+        arr, source_shape, plan = decode_for_pack(bytes(data), opts.size, opts.resize, where, opts.max_pixels)
         arr = np.ascontiguousarray(arr)
         rec = Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr),
                      source_shape)
     else:
-        fmt, source_shape = _checked_before(source, data, where, opts) or \
-            check_encoded(data, where, opts.max_pixels, full=opts.full_check)
+        head = _checked_before(source, data, where, opts)
+        if head is None:  # parsed in full, as bytes (not a view of a source's file)
+            data = bytes(data)
+            head = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
+        fmt, source_shape = head
         shape, plan = source_shape, None
         if opts.max_side and max(shape) > opts.max_side:
-            data, shape = _reencode(data, where, opts)
+            (data, shape), known = _reencode(data, where, opts), None
             fmt = "JPEG"
             plan = Plan(None, source_shape[::-1], shape[::-1], (0, 0))  # a stretch to the re-encoded size
-        rec = Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape), record_hash(data),
-                     tuple(source_shape))
+        rec = Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape),
+                     record_hash(data) if known is None else int(known), tuple(source_shape))
     if source.schema:
         rec.fields = pack_fields(source, i, opts, plan, rec.shape, source_shape)
     return rec

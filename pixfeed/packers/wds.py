@@ -28,7 +28,7 @@ import logging
 import os
 import tarfile
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional
+from typing import Iterator, List, Optional
 
 import numpy as np
 import xxhash
@@ -39,6 +39,7 @@ from ..fields import codec
 from ..fields.members import to_member
 from ..layouts.wds import LABEL_EXTENSION, MEMBER_EXTENSIONS, META_EXTENSION, member_keys, shard_name
 from . import _tar
+from ._files import writev_all
 from .records import Record
 from .writer import TaskResult, Writer
 
@@ -171,16 +172,19 @@ class WdsWriter(Writer):
     def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> dict:
         shard, whole = self.shard_of[task], self._whole(task)
         path, count, offset = self.root / (shard_name(shard) if whole else part_name(shard, task)), 0, 0
-        with open(path, "wb") as file:
-            f = _Hashing(file)
+        f = _Hashing(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        try:
             for rec in records:
-                offset += self._write_sample(f, rec, self.starts[task] + count)
+                offset += f.write(self._sample(rec, self.starts[task] + count))
                 count += 1
             if whole:
-                _tar.end_archive(f, offset)
+                f.write([_tar.end(offset)])
+        finally:
+            os.close(f.fd)
         return _shard_entry(path, count, f.hash.hexdigest()) if whole else {"name": path.name, "count": count}
 
-    def _write_sample(self, f: BinaryIO, rec: Record, index: int) -> int:
+    def _sample(self, rec: Record, index: int) -> list:
+        """The tar members of a sample: the buffers to write, in order."""
         payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
         classes = self.source.classes
         meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
@@ -191,10 +195,10 @@ class WdsWriter(Writer):
                   for f in self.source.schema]
         if fields:
             meta["fields"] = {field: f"{record_hash(data):016x}" for field, _, data in fields}
-        return (_tar.write_member(f, f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
-                + _tar.write_member(f, f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii"))
-                + sum(_tar.write_member(f, f"{name}.{field}.{ext}", data) for field, ext, data in fields)
-                + _tar.write_member(f, f"{name}.{META_EXTENSION}", _json(meta)))
+        return [*_tar.member(f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload),
+                *_tar.member(f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii")),
+                *(b for field, ext, data in fields for b in _tar.member(f"{name}.{field}.{ext}", data)),
+                *_tar.member(f"{name}.{META_EXTENSION}", _json(meta))]
 
     def finished(self, result: TaskResult) -> List[str]:
         return [result.extra["name"]] if self._whole(result.task) else []
@@ -230,14 +234,16 @@ def _shard_entry(path: Path, count: int, digest: Optional[str] = None) -> dict:
 
 
 class _Hashing:
-    """A binary file's ``write``, hashing what goes through it (a shard's xxh3_64 without reading it back)."""
+    """A file written a sample's buffers at a time (one ``writev``), hashing what goes through it (a
+    shard's xxh3_64 without reading it back)."""
 
-    def __init__(self, f: BinaryIO) -> None:
-        self.f, self.hash = f, xxhash.xxh3_64()
+    def __init__(self, fd: int) -> None:
+        self.fd, self.hash = fd, xxhash.xxh3_64()
 
-    def write(self, data) -> int:
-        self.hash.update(data)
-        return self.f.write(data)
+    def write(self, buffers: list) -> int:
+        for data in buffers:
+            self.hash.update(data)
+        return writev_all(self.fd, buffers)
 
 
 def _renumber(path: Path, start: int) -> None:
