@@ -412,3 +412,30 @@ def test_writev_all_finishes_what_a_short_writev_left(tmp_path, monkeypatch, mos
     finally:
         os.close(fd)
     assert (tmp_path / "out").read_bytes() == b"".join(bytes(b) for b in buffers)
+
+
+def test_local_shards_group_as_webdataset_groups_them(tmp_path):
+    """The header walk that reads local shards gives webdataset's samples: keys up to the first dot of
+    the base name (folders kept), extensions lower-cased, meta members and dotless names skipped; members
+    of unwanted samples are not read, and a local shard's image members can come back as (offset, size)."""
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    from pixfeed.datasets.wds import _walk
+
+    names = ["a/000.jpg", "a/000.JSON", "a/000.seg.png", "README", "__meta__", "__x__/y.txt",
+             "b.c.d.txt", "b.jpg", "000.jpg", "000.cls"]
+    path = tmp_path / "s.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for k, name in enumerate(names):
+            add_member(tar, name, f"{k}-{name}".encode() * (k + 1))
+    with open(path, "rb") as f:
+        want = [{k: v for k, v in s.items() if k != "__url__" and k != "__local_path__"}
+                for s in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}]))]
+    with open(path, "rb") as f:
+        got = list(_walk(f, lambda j: True))
+    assert got == want and [s["__key__"] for s in got] == ["a/000", "b", "000"]
+    with open(path, "rb") as f:
+        lazy = list(_walk(f, lambda j: j == 1, sized=("jpg",)))
+    assert lazy[0] == {"__key__": "a/000"} and lazy[2] == {"__key__": "000"}
+    offset, size = lazy[1]["jpg"]
+    assert path.read_bytes()[offset:offset + size] == want[1]["jpg"] and lazy[1]["c.d.txt"] == want[1]["c.d.txt"]

@@ -51,10 +51,12 @@ copied whole; a read failure is a StorageError naming the shard's URL.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import random
+import re
 import tarfile
 import warnings
 from itertools import islice
@@ -70,12 +72,14 @@ from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, 
 from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs
+from ..sources import _tarwalk
 from ..storage import join
 from ..storage_options import mask
 from ..world import World
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
+_META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta
 _WARNED: set = set()
 
 
@@ -123,6 +127,10 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         if self._pid != os.getpid():
             self.check_files()
             self._pid = os.getpid()
+        return self._joined
+
+    @functools.cached_property
+    def _joined(self) -> list:
         return [join(self.path, s["name"]) for s in self.shards]
 
     def where(self, i: int) -> str:
@@ -197,25 +205,53 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                           f"smaller --shard-size to give each worker whole shards)", stacklevel=3)
         return pieces, workers
 
-    def read_range(self, first: int, stop: int, fields: bool = False) -> Iterator[tuple]:
+    def read_range(self, first: int, stop: int, fields: bool = False, images: bool = True) -> Iterator[tuple]:
         """(record index, stored image: bytes or pixels, label, {field: stored bytes} when ``fields``)
         of records ``first`` to ``stop - 1`` in record order, each read once from its shard, checksums
-        checked: a repack's source (``pixfeed.packers.fromdataset``)."""
+        checked: a repack's source (``pixfeed.packers.fromdataset``).  ``images=False`` (local shards):
+        in place of the image, where its member lies, unread, as ``read_places`` takes it: (shard,
+        offset, size, xxh3_64)."""
         pieces = [(s, max(first - int(lo), 0), min(stop - int(lo), shard["count"]))
                   for s, (shard, lo) in enumerate(zip(self.shards, self._starts))
                   if lo < stop and lo + shard["count"] > first]
-        for s, i, sample in self._select(self.shard_paths(), pieces, 1, 0):
-            where, stored, label = self._image(s, i, sample, True)
+        if not images and self.remote is not None:
+            raise OptionError(f"{self.path}: only local shards are read by place")
+        exts = image_extensions(self.store)
+        for s, i, sample in self._select(self.shard_paths(), pieces, 1, 0, () if images else exts):
+            where, stored, label = self._image(s, i, sample, images)
+            if not images:
+                stored = (s, *next(sample[e] for e in exts if e in sample), _meta(sample, where, i)[0])
             yield i, stored, label, self._fields(sample, where, i) if fields else {}
 
-    def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int) -> Iterator[tuple]:
-        m = 0
+    def read_places(self, places) -> Iterator[tuple]:
+        """(record index, stored image, its xxh3_64) for each (record index, shard, offset, size,
+        xxh3_64) of ``places`` (``read_range(images=False)``'s), read at those bytes and checked."""
+        files: dict = {}
+        try:
+            for i, s, offset, size, expected in places:
+                if s not in files:
+                    if len(files) == 64:  # a shuffled task's records come from every shard
+                        files = _close(files)
+                    files[s] = os.open(self._joined[s], os.O_RDONLY)
+                data = os.pread(files[s], size, offset)
+                if len(data) != size:
+                    raise CorruptDataError(f"{self.where(i)}: the shard ends inside its image member (truncated)")
+                self.check_checksum(data, expected, i)
+                yield i, self._array(data, self.where(i)) if self.store == "pixels" else data, expected
+        finally:
+            _close(files)
+
+    def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int, sized=()) -> Iterator[tuple]:
+        """(shard, record index, sample) of every ``stride``-th sample of the pieces from ``offset`` on;
+        a local shard's members of the extensions ``sized`` are their (offset, size), unread."""
+        m = 0  # samples of the pieces before this one
         for (s, first, stop), stream in zip(pieces, self._streams(paths, [s for s, _, _ in pieces])):
-            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"], stream)):
-                if j >= first:
-                    if m % stride == offset:
-                        yield s, int(self._starts[s]) + j, sample
-                    m += 1
+            def wanted(j: int, before: int = m - first) -> bool:
+                return j >= first and (before + j) % stride == offset
+            for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"], stream, wanted, sized)):
+                if sample is not None:
+                    yield s, int(self._starts[s]) + j, sample
+            m += stop - first
 
     def _streams(self, paths: list, shards: List[int]) -> Iterator:
         """The shards' files in reading order: local files, or from a URL sequential GETs with
@@ -224,14 +260,17 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             return (open(paths[s], "rb") for s in shards)
         return self.remote.open_ahead([self.shards[s]["name"] for s in shards])
 
-    def _shard(self, path, stop: int, count: int, stream) -> Iterator[dict]:
-        """The first ``stop`` samples of a shard as webdataset dicts; damage names the shard and key."""
+    def _shard(self, path, stop: int, count: int, stream, wanted, sized=()) -> Iterator[Optional[dict]]:
+        """The first ``stop`` samples of a shard as webdataset dicts, None for those not ``wanted(j)``
+        (a local shard's left unread); damage names the shard and key."""
         n, key = 0, None
         try:
             with stream as f:
-                for sample in group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])):
+                samples = group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])) \
+                    if self.remote is not None else _walk(f, wanted, sized)
+                for sample in samples:
                     key = sample["__key__"]
-                    yield sample
+                    yield sample if wanted(n) else None
                     n += 1
                     if n == stop:
                         return
@@ -255,7 +294,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _image(self, s: int, i: int, sample: dict, read: bool) -> tuple:
         """(where, the stored image with its checksum checked, or None unless ``read``, label) of record ``i``."""
-        where = f"{join(self.path, self.shards[s]['name'])}: member key {sample['__key__']!r} (record {i})"
+        where = f"{self._joined[s]}: member key {sample['__key__']!r} (record {i})"
         exts = image_extensions(self.store)
         data = next((sample[e] for e in exts if e in sample), None)
         if data is None:
@@ -269,7 +308,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _fields(self, sample: dict, where: str, i: int) -> dict:
         """{name: stored bytes} of the requested fields' members (``K.NAME.EXT``), checksums checked."""
-        sums = json.loads(sample[META_EXTENSION]).get("fields") or {}
+        sums = _json(sample).get("fields") or {}
         size = self.stored_shape[:2] if self.store == "pixels" else None
         out = {}
         for f in self.schema:
@@ -293,10 +332,60 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         return arr
 
 
+def _walk(f, wanted, sized=()) -> Iterator[dict]:
+    """A local shard's samples as webdataset groups them (the member name up to the first dot of its
+    base name is the key, the rest, lower-cased, a member of the sample), from a walk of its tar
+    headers (``pixfeed.sources._tarwalk``: many times faster than tarfile's stream); the members of
+    sample j are read only when ``wanted(j)``, and those of the extensions ``sized`` are their (offset,
+    size)."""
+    total, j, sample, places = os.fstat(f.fileno()).st_size, 0, None, []
+    for name, offset, size in _tarwalk.members(f):
+        if offset + size > total:
+            raise tarfile.ReadError(f"the shard ends inside member {name}")
+        folder, _, base = name.rpartition("/")
+        stem, dot, ext = base.partition(".")
+        if not dot or _META.match(name):  # as webdataset skips them
+            continue
+        key = f"{folder}/{stem}" if folder else stem
+        if sample is None or key != sample["__key__"]:
+            if sample is not None:
+                yield _read_members(f, sample, places, wanted(j), sized)
+                j += 1
+            sample, places = {"__key__": key}, []
+        places.append((ext.lower(), offset, size))
+    if sample is not None:
+        yield _read_members(f, sample, places, wanted(j), sized)
+
+
+def _read_members(f, sample: dict, places: list, read: bool, sized) -> dict:
+    for ext, offset, size in places if read else ():
+        if ext in sample:
+            raise ValueError(f"{sample['__key__']}.{ext}: a second member of that name in the sample")
+        if ext in sized:
+            sample[ext] = (offset, size)
+        else:
+            f.seek(offset)
+            sample[ext] = f.read(size)
+    return sample
+
+
+def _close(files: dict) -> dict:
+    for fd in files.values():
+        os.close(fd)
+    return {}
+
+
+def _json(sample: dict) -> dict:
+    """The sample's ``.json`` member, parsed once."""
+    if "__json__" not in sample:
+        sample["__json__"] = json.loads(sample[META_EXTENSION])
+    return sample["__json__"]
+
+
 def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
     """(checksum, label) from the ``.json`` member, whose index must be ``i``."""
     try:
-        meta = json.loads(sample[META_EXTENSION])
+        meta = _json(sample)
         expected, label, index = int(meta["xxh3_64"], 16), int(meta["label"]), meta["index"]
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptDataError(f"{where}: missing or damaged .json member ({type(e).__name__}: {e})") from None

@@ -49,19 +49,20 @@ class DatasetSource(Source):
 
     def fetch(self, indices) -> Iterator[Tuple[int, object]]:
         indices = [int(i) for i in indices]
-        if self.dataset.format == "wds":  # a task's records are a contiguous run: its shards read once
-            wanted = set(indices)
-            got = {i: _encoded(stored, self.dataset.store)
-                   for i, stored, _, _ in self.dataset.read_range(min(indices), max(indices) + 1) if i in wanted}
-            yield from ((i, got.pop(i)) for i in indices)
+        if self.dataset.format == "wds":  # each image read at its place in its shard (found by the scan)
+            yield from self._records(self.dataset.read_places((i, *self.places[i]) for i in indices))
             return
-        verified = self.dataset.store == "encoded" and self.dataset.checksums
         for start in range(0, len(indices), BLOCK):
             idx, stored, _, sums = self.dataset.read_verified(indices[start:start + BLOCK])
-            if verified:  # the bytes as the reader holds them (a view of data.bin: no copy), their checksum
-                yield from ((i, Verified(memoryview(s), int(c))) for i, s, c in zip(idx.tolist(), stored, sums))
-            else:
-                yield from zip(idx.tolist(), (_encoded(s, self.dataset.store) for s in stored))
+            yield from self._records(zip(idx.tolist(), stored, sums))
+
+    def _records(self, read) -> Iterator[Tuple[int, object]]:
+        """Checked encoded records as the reader holds them (maybe a view of data.bin: no copy), with
+        their checksum; stored pixels as PNGs."""
+        verified = self.dataset.store == "encoded" and self.dataset.checksums
+        for i, stored, checksum in read:
+            yield int(i), Verified(memoryview(stored), int(checksum)) if verified else \
+                _encoded(stored, self.dataset.store)
 
 
 def _encoded(stored, store: str) -> bytes:
@@ -97,10 +98,14 @@ def scan_dataset(src, dst) -> DatasetSource:
     ds = open_dataset(root, fields=None)
     n, names = len(ds), [f.name for f in ds.schema]
     keys = ds.keys()
-    labels, values, sizes = _wds_labels_values(ds, names) if ds.format == "wds" else \
-        (*_labels_values(ds, names, n), _sizes(ds, n))
+    places = None
+    if ds.format == "wds":
+        labels, values, places = _wds_labels_values(ds, names)
+        sizes = places[:, 2].astype(np.int64)
+    else:
+        (labels, values), sizes = _labels_values(ds, names, n), _sizes(ds, n)
     source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, sizes)
-    source.dataset, source.schema, source.per_box = ds, ds.schema, ds.per_box
+    source.dataset, source.schema, source.per_box, source.places = ds, ds.schema, ds.per_box, places
     source.checked = True  # checked when first packed: a JPEG record's header is enough (records.load_record)
     source.values = values
     source.origin = {"kind": "pixfeed", "path": str(root), "format": ds.format, "store": ds.store}
@@ -129,14 +134,14 @@ def _labels_values(ds, names, n: int) -> tuple:
 
 
 def _wds_labels_values(ds, names) -> tuple:
-    """The same from a wds dataset, and each record's stored bytes: one pass over its shards, images
-    checked and dropped."""
-    labels, raws, sizes = [], [], []
-    for _, stored, label, raw in ds.read_range(0, ds.manifest["count"], fields=True):
+    """The same from a wds dataset, and where each image member lies (N x (shard, offset, size,
+    xxh3_64), for ``read_places``): one walk of its shards' headers, the images left to the tasks."""
+    labels, raws, places = [], [], []
+    for _, place, label, raw in ds.read_range(0, ds.manifest["count"], fields=True, images=False):
         labels.append(label)
         raws.append(raw)
-        sizes.append(len(stored) if ds.store == "encoded" else stored.nbytes)
-    return np.asarray(labels, np.int64), _values(ds, names, raws), np.asarray(sizes, np.int64)
+        places.append(place)
+    return np.asarray(labels, np.int64), _values(ds, names, raws), np.array(places, np.uint64).reshape(-1, 4)
 
 
 def _values(ds, names, raws) -> dict:
