@@ -18,7 +18,8 @@ is its key).  Each epoch (``set_epoch``) is split like this:
    round-robin to its workers.  With fewer shards than workers, every worker
    reads all of them and keeps every ``num_workers``-th sample (a one-time
    warning says so; pack with a smaller ``--shard-size`` to avoid the extra
-   reads).  A worker left with nothing ends at once.
+   reads; from local shards only the kept samples' members are read, the
+   others' headers walked).  A worker left with nothing ends at once.
 4. Shuffling: a buffer of ``buffer`` samples per worker (stored bytes, decoded
    on the way out), seeded from ``(seed, epoch, rank, worker)``.
 5. Random crops and transforms draw from RNGs seeded per sample from
@@ -42,8 +43,10 @@ each epoch starts.  Each sample is checked: the image
 member (``.jpg``/``.png``, or ``.npy`` loaded with ``allow_pickle=False``)
 exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
-count.  Shards are read with webdataset's tar iterators; its decoders are never
-used, bytes become pixels only in ``pixfeed.decode``.
+count.  Local shards are read by a walk of their tar headers
+(``pixfeed.sources._tarwalk``; ``_walk`` groups members as webdataset does),
+URLs with webdataset's tar iterators; webdataset's decoders are never used,
+bytes become pixels only in ``pixfeed.decode``.
 
 A URL dataset (``s3://...``) is streamed: each shard is read front to back
 through one fsspec file (sequential GETs, an 8 MiB read-ahead buffer), never
