@@ -239,8 +239,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                 data = os.pread(files[s], size, offset)
                 if len(data) != size:
                     raise CorruptDataError(f"{self.where(i)}: the shard ends inside its image member (truncated)")
-                self.check_checksum(data, expected, i)
-                yield i, self._array(data, self.where(i)) if self.store == "pixels" else data, expected
+                yield i, self._stored(data, expected, i, self.where(i)), expected
         finally:
             _close(files)
 
@@ -304,10 +303,12 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             found = sorted(k for k in sample if not k.startswith("__"))
             raise CorruptDataError(f"{where}: no .{' or .'.join(exts)} image member (found: {', '.join(found)})")
         expected, label = _meta(sample, where, i)
-        if not read:
-            return where, None, label
+        return where, self._stored(data, expected, i, where) if read else None, label
+
+    def _stored(self, data: bytes, expected: int, i: int, where: str):
+        """Record ``i``'s image member as stored (bytes, or pixels), its checksum checked."""
         self.check_checksum(data, expected, i)
-        return where, self._array(data, where) if self.store == "pixels" else data, label
+        return self._array(data, where) if self.store == "pixels" else data
 
     def _fields(self, sample: dict, where: str, i: int) -> dict:
         """{name: stored bytes} of the requested fields' members (``K.NAME.EXT``), checksums checked."""
@@ -336,40 +337,22 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
 
 def _walk(f, wanted, sized=()) -> Iterator[dict]:
-    """A local shard's samples as webdataset groups them (the member name up to the first dot of its
-    base name is the key, the rest, lower-cased, a member of the sample), from a walk of its tar
-    headers (``pixfeed.sources._tarwalk``: many times faster than tarfile's stream); the members of
+    """A local shard's samples as webdataset groups them (``_tarwalk.samples``: many times faster than
+    tarfile's stream), extensions lower-cased and webdataset's meta members skipped; the members of
     sample j are read only when ``wanted(j)``, and those of the extensions ``sized`` are their (offset,
     size)."""
-    total, j, sample, places = os.fstat(f.fileno()).st_size, 0, None, []
-    for name, offset, size in _tarwalk.members(f):
-        if offset + size > total:
-            raise tarfile.ReadError(f"the shard ends inside member {name}")
-        folder, _, base = name.rpartition("/")
-        stem, dot, ext = base.partition(".")
-        if not dot or _META.match(name):  # as webdataset skips them
-            continue
-        key = f"{folder}/{stem}" if folder else stem
-        if sample is None or key != sample["__key__"]:
-            if sample is not None:
-                yield _read_members(f, sample, places, wanted(j), sized)
-                j += 1
-            sample, places = {"__key__": key}, []
-        places.append((ext.lower(), offset, size))
-    if sample is not None:
-        yield _read_members(f, sample, places, wanted(j), sized)
-
-
-def _read_members(f, sample: dict, places: list, read: bool, sized) -> dict:
-    for ext, offset, size in places if read else ():
-        if ext in sample:
-            raise ValueError(f"{sample['__key__']}.{ext}: a second member of that name in the sample")
-        if ext in sized:
-            sample[ext] = (offset, size)
-        else:
-            f.seek(offset)
-            sample[ext] = f.read(size)
-    return sample
+    for j, (key, group) in enumerate(_tarwalk.samples(f, _META.match)):
+        sample = {"__key__": key}
+        for ext, offset, size in group if wanted(j) else ():
+            ext = ext.lower()
+            if ext in sample:
+                raise ValueError(f"{key}.{ext}: a second member of that name in the sample")
+            if ext in sized:
+                sample[ext] = (offset, size)
+            else:
+                f.seek(offset)
+                sample[ext] = f.read(size)
+        yield sample
 
 
 def _close(files: dict) -> dict:

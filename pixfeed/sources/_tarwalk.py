@@ -10,8 +10,9 @@ hands the whole shard to ``tarfile``, which decides.
 """
 from __future__ import annotations
 
+import os
 import tarfile
-from typing import BinaryIO, List, Optional, Tuple
+from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 BLOCK = tarfile.BLOCKSIZE
 _ZERO = bytes(BLOCK)
@@ -29,6 +30,34 @@ def members(f: BinaryIO) -> List[Member]:
         with tarfile.open(fileobj=f, mode="r:") as tar:
             found = [(info.name, info.offset_data, info.size) for info in tar if info.isfile()]
     return found
+
+
+def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None) -> Iterator[Tuple[str, List[Member]]]:
+    """The members of the seekable tar ``f`` grouped into samples as webdataset groups them, in order:
+    (key, [(extension, offset of the data, size)]).  The key is a member's name up to the first dot of
+    its base name (its folder kept), the extension the rest; names without that dot, and those
+    ``skip(name)`` is true for, are left out.  ``f`` may be read between samples.  Raises
+    tarfile.ReadError where the shard ends inside a member or without tar's end-of-archive blocks."""
+    total = f.seek(0, os.SEEK_END)
+    key, group, end = None, [], 0
+    for name, offset, size in members(f):
+        end = offset + -(-size // BLOCK) * BLOCK
+        if offset + size > total:
+            raise tarfile.ReadError(f"the shard ends inside member {name}")
+        folder, _, base = name.rpartition("/")
+        stem, dot, ext = base.partition(".")
+        if not dot or (skip is not None and skip(name)):
+            continue
+        this = f"{folder}/{stem}" if folder else stem
+        if this != key and group:
+            yield key, group
+            group = []
+        key = this
+        group.append((ext, offset, size))
+    if end and end + 2 * BLOCK > total:  # no end-of-archive blocks: cut short between members
+        raise tarfile.ReadError("the shard ends without tar's end-of-archive blocks")
+    if group:
+        yield key, group
 
 
 def _plain(f: BinaryIO) -> Optional[List[Member]]:

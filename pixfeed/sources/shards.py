@@ -185,29 +185,11 @@ def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
 
 def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict[str, Tuple[int, int, bytes]]]]:
     """(key, {ext: (offset, size, bytes or None for the image kinds)}) per sample, in shard order."""
-    f = io.BytesIO(data) if data is not None else open(root / name, "rb")
-    total = len(data) if data is not None else os.fstat(f.fileno()).st_size
-    with f:
-        key, members, end = None, {}, 0
-        for member, offset, size in _tarwalk.members(f):
-            end = offset + -(-size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
-            if offset + size > total:
-                raise tarfile.ReadError(f"the shard ends inside member {member}")
-            folder, _, base = member.rpartition("/")
-            stem, dot, ext = base.partition(".")
-            if not dot:
-                continue
-            this = f"{folder}/{stem}" if folder else stem
-            if this != key and members:
-                yield key, members
-                members = {}
-            key = this
-            raw = None if ext.lower() in IMAGE_EXTS else _read(f, offset, size)  # the image: by range, later
-            members[ext] = (offset, size, raw)
-        if end and end + 2 * tarfile.BLOCKSIZE > total:  # no end-of-archive blocks: cut short between members
-            raise tarfile.ReadError("the shard ends without tar's end-of-archive blocks")
-        if members:
-            yield key, members
+    with io.BytesIO(data) if data is not None else open(root / name, "rb") as f:
+        for key, group in _tarwalk.samples(f):
+            # the image: by range, later
+            yield key, {ext: (offset, size, None if ext.lower() in IMAGE_EXTS else _read(f, offset, size))
+                        for ext, offset, size in group}
 
 
 def _read(f, offset: int, size: int) -> bytes:
