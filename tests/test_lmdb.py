@@ -78,3 +78,21 @@ def test_lmdb_write_failure_is_an_output_error(image_tree, tmp_path, monkeypatch
                                           r"mdb_txn_commit: Input/output error \(.*data.mdb\); nothing was written"):
         pack(image_tree, dst, "lmdb", store="pixels", size=16, workers=1)
     assert list(tmp_path.iterdir()) == [image_tree]
+
+
+@pytest.mark.parametrize("store", ["encoded", "pixels"])
+def test_values_are_staged_whole_and_put_as_views_of_the_part(image_tree, tmp_path, monkeypatch, store):
+    """The workers stage each record's whole value (header, stored bytes, field table); the main
+    process puts views of the staged part file, neither reading them into bytes nor joining them."""
+    put, real = [], lmdb_writer._commit
+
+    def commit(env, batch):
+        put.extend(type(value) for _, value in batch)
+        real(env, batch)
+
+    monkeypatch.setattr(lmdb_writer, "_commit", commit)
+    pack(image_tree, tmp_path / "out", "lmdb", store=store, workers=2, **({"size": 32} if store == "pixels" else {}))
+    assert put[:-1] and set(put[:-1]) == {memoryview} and put[-1] is bytes  # the last: the meta key
+    ds = LmdbImageDataset(tmp_path / "out")
+    for i in range(len(ds)):
+        ds[i]  # every checksum matches

@@ -7,9 +7,10 @@ names belong to the caller.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, List, Tuple
+from typing import Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
@@ -30,14 +31,14 @@ def write_rows(path: Path, records: Iterable[Record]) -> None:
     images.flush()
 
 
-def write_part(path: Path, records: Iterable[Record]) -> List[int]:
-    """Write the records' bytes one after another into ``path``; return their lengths."""
-    lengths = []
-    with open(path, "wb") as f:
-        for rec in records:
-            f.write(rec.data)
-            lengths.append(len(rec.data))
-    return lengths
+def write_part(path: Path, records: Iterable[Sequence]) -> List[int]:
+    """Write each record, a sequence of bytes-like parts, one after another into ``path`` (one
+    ``writev`` a record); return the records' lengths."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        return [writev_all(fd, parts) for parts in records]
+    finally:
+        os.close(fd)
 
 
 def write_placed(path: Path, start: int, stop: int, part: Path, records: Iterable[Record]) -> Tuple[List[int], int]:
@@ -64,7 +65,7 @@ def write_placed(path: Path, start: int, stop: int, part: Path, records: Iterabl
 def writev_all(fd: int, buffers: List) -> int:
     """Write ``buffers`` one after another at ``fd``'s position, in one ``writev`` where it takes them
     all; return the bytes written."""
-    views, total = [v for v in map(memoryview, buffers) if v.nbytes], 0
+    views, total = [v.cast("B") for v in map(memoryview, buffers) if v.nbytes], 0
     while views:
         n = os.writev(fd, views)
         if n == 0:
@@ -106,11 +107,19 @@ def copy_range(f, src: int, out, dst: int, count: int, chunk: int = 16 << 20) ->
     return count
 
 
-def read_part(path: Path, lengths: Iterable[int]) -> Iterator[bytes]:
-    """The records' bytes of a part file written by ``write_part``."""
+def read_part(path: Path, lengths: Sequence[int]) -> Iterator[memoryview]:
+    """The records of a part file written by ``write_part``, as views of a map of the file (no copy;
+    the map lives as long as a view of it)."""
+    if not sum(lengths):
+        yield from (memoryview(b"") for _ in lengths)
+        return
     with open(path, "rb") as f:
-        for length in lengths:
-            yield f.read(length)
+        view = memoryview(mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                                    prot=mmap.PROT_READ))
+    pos = 0
+    for length in lengths:
+        yield view[pos:pos + length]
+        pos += length
 
 
 def allocate(path: Path) -> None:

@@ -27,7 +27,6 @@ from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from ..checksum import record_hash
 from ..cpus import available_cpus
 from ..errors import OptionError, SourceError
 from . import forkpool, interrupt
@@ -57,7 +56,7 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
             result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
             if rec.fields:
                 result.field_lengths.append([len(b) for b in rec.fields.values()])
-                result.field_checksums.append([record_hash(b) for b in rec.fields.values()])
+                result.field_checksums.append(rec.field_checksums)
                 result.stored_bytes += sum(result.field_lengths[-1])
             yield rec
 

@@ -1,8 +1,11 @@
 """Writer of the LMDB format (layout: ``pixfeed.layouts.lmdb``).
 
-Workers decode and stage records (``pixfeed.packers.staging``), and the main
-process streams each finished task into LMDB in task order while the others
-run, in transactions of about 8 MiB (small
+Workers decode records and stage each as its whole LMDB value (header, stored
+bytes, field table) in a part file of their task (``pixfeed.packers.staging``),
+and the main process puts each finished task's values, views of a map of its
+part (read or joined by nothing but LMDB), into LMDB in task order while the
+others run, in
+transactions of about 8 MiB (small
 enough to commit while the workers run).  The map starts at an estimate of the
 stored bytes of every source image (plus one page per record) and doubles on
 MapFullError, retrying the transaction; without ``writemap`` the file only
@@ -12,22 +15,20 @@ OSError naming data.mdb, which ``pack`` reports as an OutputError naming DST.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Sequence, Tuple
 
 import lmdb
 import numpy as np
 
-from ..decode import sniff
 from ..layouts.lmdb import DATA, META_FORMAT, META_KEY, record_key
 from ..record import HEADER, pack_fields, pack_header
 from ..sources.folder import Source
 from .options import PackOptions
-from .fieldparts import FieldParts
+from .records import Record
 from .staging import StagedWriter
 from .writer import TaskResult
 
@@ -43,12 +44,14 @@ def initial_map_size(count: int, stored_bytes: int) -> int:
 
 class LmdbWriter(StagedWriter):
     """Stages records, then commits them into data.mdb (one writer) in task order."""
+    rows = False       # pixels are staged as values too
+    own_fields = True  # fields go into each value's table, in the worker
 
     def __init__(self, root: Path, source: Source, opts: PackOptions) -> None:
         super().__init__(root, source, opts)
         # records wait for a transaction of _TXN_BYTES, across tasks: a transaction per
         # task would leave stale copies of the leaf pages it shares with the next one
-        self._batch: List[Tuple[bytes, bytes]] = []
+        self._batch: List[Tuple[bytes, memoryview]] = []
         self._batch_bytes = 0
 
     def open_output(self) -> lmdb.Environment:
@@ -61,10 +64,16 @@ class LmdbWriter(StagedWriter):
             return lmdb.open(str(self.root / DATA), subdir=False, lock=False, sync=False, metasync=False,
                              map_size=initial_map_size(len(self.source), expected))
 
+    def parts(self, rec: Record) -> Sequence:
+        """A record's LMDB value (in a worker): header, stored bytes, field table."""
+        data = memoryview(rec.data).cast("B")
+        return [pack_header(rec.encoding, rec.label, rec.checksum, rec.shape, data.nbytes), data,
+                pack_fields(list(rec.fields.values()), rec.field_checksums)]
+
     def copy_task(self, first: int, result: TaskResult) -> None:
-        for key, value in self._items(first, result):
-            self._batch.append((key, value))
-            self._batch_bytes += len(value)
+        for j, value in enumerate(self.staging.records(result)):
+            self._batch.append((record_key(first + j), value))
+            self._batch_bytes += value.nbytes
             if self._batch_bytes >= _TXN_BYTES:
                 self._commit_batch()
 
@@ -88,15 +97,6 @@ class LmdbWriter(StagedWriter):
             yield
         except lmdb.Error as e:
             raise OSError(None, f"LMDB write failed: {e}", str(self.root / DATA)) from e
-
-    def _items(self, first: int, result: TaskResult) -> Iterator[Tuple[bytes, bytes]]:
-        labels = self.source.labels[result.kept]
-        fields = FieldParts(self.root).read(result) if self.source.schema else itertools.repeat([])
-        for j, (data, values) in enumerate(zip(self.staging.records(result), fields)):
-            kind = "raw" if self.opts.store == "pixels" else sniff(data).lower()
-            header = pack_header(kind, int(labels[j]), result.checksums[j], result.shapes[j], memoryview(data).nbytes)
-            table = pack_fields(values, result.field_checksums[j] if values else [])
-            yield record_key(first + j), b"".join((header, data, table))
 
     def _meta(self, count: int) -> bytes:
         return json.dumps({"format": META_FORMAT, "count": count, "store": self.opts.store,

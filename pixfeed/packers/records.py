@@ -48,6 +48,7 @@ class Record:
     checksum: int                   # xxh3_64 of the stored bytes
     source_shape: tuple             # (H, W) of the source image, after EXIF orientation
     fields: Dict[str, bytes] = field(default_factory=dict)  # stored bytes of each schema field (fieldrecords)
+    field_checksums: List[int] = field(default_factory=list)  # xxh3_64 of each of those
 
 
 def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None) -> Record:
@@ -89,6 +90,7 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
                      record_hash(data) if known is None else int(known), tuple(source_shape))
     if source.schema:
         rec.fields = pack_fields(source, i, opts, plan, rec.shape, source_shape)
+        rec.field_checksums = [record_hash(b) for b in rec.fields.values()]
     return rec
 
 

@@ -3,8 +3,10 @@
 LMDB and HDF5 files take one writer, but decoding should still run in every
 pack worker.  So workers stage their records in files of their own (a
 ``Staging`` helper, composed into the writer): pixels into their own rows of a
-pre-sized ``staging/pixels.npy``, in place; encoded bytes into one part file
-per task (``staging/part-NNNNNN.bin``).  No decoded pixels go through a pipe.
+pre-sized ``staging/pixels.npy``, in place (``rows``); anything else into one
+part file per task (``staging/part-NNNNNN.bin``), each record as the writer's
+``parts`` make it, so that the main process copies each once, from a map of
+the file.  No decoded pixels go through a pipe.
 As tasks finish, the main process copies their staged records into the one
 output file in task order, while the workers keep decoding (a task that
 finishes early waits for the ones before it, so record numbers follow the
@@ -22,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Sequence
 
 import numpy as np
 
@@ -36,8 +38,9 @@ from .writer import TaskResult, Writer
 class Staging:
     """A pack's staged records, under ``root/staging``, until the output holds them."""
 
-    def __init__(self, root: Path, count: int, opts: PackOptions) -> None:
+    def __init__(self, root: Path, count: int, opts: PackOptions, rows: bool) -> None:
         self.dir, self.count, self.opts = root / "staging", count, opts
+        self.rows = rows and opts.store == "pixels"
 
     @property
     def _pixels(self) -> Path:
@@ -48,23 +51,24 @@ class Staging:
 
     def begin(self) -> None:
         self.dir.mkdir()
-        if self.opts.store == "pixels":
+        if self.rows:
             allocate_rows(self._pixels, self.count, self.opts.size)
 
-    def write_task(self, task: int, records: Iterator[Record]) -> List[int]:
-        """Stage a task's records (in a worker); return what ``records`` needs to read them back."""
-        if self.opts.store == "pixels":
+    def write_task(self, task: int, records: Iterator[Record], parts: Callable[[Record], Sequence]) -> List[int]:
+        """Stage a task's records (in a worker), each as ``parts(record)`` unless staged as rows; return
+        what ``records`` needs to read them back."""
+        if self.rows:
             write_rows(self._pixels, records)
             return []
-        return write_part(self._part(task), records)
+        return write_part(self._part(task), map(parts, records))
 
     def pixels(self) -> np.ndarray:
         """The staged N_source x H x W x 3 pixels (rows of skipped images are zero)."""
         return np.load(self._pixels, mmap_mode="r")
 
     def records(self, result: TaskResult) -> Iterator:
-        """Stored records (pixel rows or encoded bytes) of one finished task, in order."""
-        if self.opts.store == "pixels":
+        """One finished task's staged records, in order: pixel rows, or views of its part file."""
+        if self.rows:
             images = self.pixels()
             return (images[i] for i in result.kept)
         return read_part(self._part(result.task), result.extra)
@@ -79,12 +83,14 @@ class StagedWriter(Writer):
     Subclasses implement ``open_output`` (return the handle), ``copy_task``
     (copy one task's records, from ``self.staging.records``, numbered from
     ``first``) and ``complete_output`` (write what needs every record); the
-    handle's ``close`` ends the write.
+    handle's ``close`` ends the write.  ``parts`` (in a worker) gives what is
+    staged of a record, unless ``rows`` stages pixels in place.
     """
+    rows = True
 
     def __init__(self, root: Path, source: Source, opts: PackOptions) -> None:
         super().__init__(root, source, opts)
-        self.staging = Staging(root, len(source), opts)
+        self.staging = Staging(root, len(source), opts, self.rows)
         self.output: Any = None                    # opened on the first copy
         self._waiting: Dict[int, TaskResult] = {}  # tasks done before an earlier one
         self._next_task = 0                        # the next task to copy
@@ -105,8 +111,11 @@ class StagedWriter(Writer):
     def begin(self, tasks: List[np.ndarray]) -> None:
         self.staging.begin()
 
+    def parts(self, rec: Record) -> Sequence:
+        return [rec.data]
+
     def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> List[int]:
-        return self.staging.write_task(task, records)
+        return self.staging.write_task(task, records, self.parts)
 
     def task_done(self, result: TaskResult) -> None:
         """Copy every task that is now next in task order."""
