@@ -137,3 +137,24 @@ def test_a_repack_keeps_the_source_store_and_size_unless_told(tmp_path):
     assert pixfeed.pack(tmp_path / "pix", tmp_path / "pix3", "wds", workers=1)["store"] == "pixels"
     assert pixfeed.pack(tmp_path / "enc", tmp_path / "small", "mmap", size=16, workers=1)["shape"] == [16, 16, 3]
     assert pixfeed.pack(tmp_path / "pix", tmp_path / "enc2", "mmap", store="encoded", workers=1)["store"] == "encoded"
+
+
+@pytest.mark.parametrize("old", ["mmap", "wds"])
+def test_a_repack_looks_no_key_up_unless_it_reports_an_error(tree, tmp_path, monkeypatch, old):
+    """Where a record is (its key, for messages) is formatted only into an error: a repack of a dataset
+    with fields (a mask and a second image among them) never looks a key up; each lookup opens the key
+    index (it cost a wds -> mmap repack more than its reading and writing)."""
+    from pixfeed import keyindex
+
+    pixfeed.pack(tree, tmp_path / "old", old, store="encoded", index=str(tree / "index.csv"), workers=1,
+                 **FIELD_OPTS)
+    want = everything(tmp_path / "old")
+
+    def lookup(*args):
+        raise AssertionError("a key looked up")
+
+    monkeypatch.setattr(keyindex, "lookup", lookup)
+    pixfeed.pack(tmp_path / "old", tmp_path / "new", "mmap", workers=2)
+    monkeypatch.undo()
+    got = everything(tmp_path / "new")
+    assert got.keys() == want.keys() and all(same(got[k], want[k]) for k in want)

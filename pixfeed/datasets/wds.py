@@ -71,7 +71,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys, tar_file_expander
 
-from ..errors import CorruptDataError, DatasetError, OptionError, PixfeedError, StorageError
+from ..errors import CorruptDataError, DatasetError, Location, OptionError, PixfeedError, StorageError
 from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs
@@ -239,7 +239,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                 data = os.pread(files[s], size, offset)
                 if len(data) != size:
                     raise CorruptDataError(f"{self.where(i)}: the shard ends inside its image member (truncated)")
-                yield i, self._stored(data, expected, i, self.where(i)), expected
+                yield i, self._stored(data, expected, i, Location(self.where, i)), expected
         finally:
             _close(files)
 
@@ -305,7 +305,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         expected, label = _meta(sample, where, i)
         return where, self._stored(data, expected, i, where) if read else None, label
 
-    def _stored(self, data: bytes, expected: int, i: int, where: str):
+    def _stored(self, data: bytes, expected: int, i: int, where):
         """Record ``i``'s image member as stored (bytes, or pixels), its checksum checked."""
         self.check_checksum(data, expected, i)
         return self._array(data, where) if self.store == "pixels" else data

@@ -8,11 +8,12 @@ source pixels: readers apply the read-time geometry to all of them at once.
 """
 from __future__ import annotations
 
+import functools
 from typing import Dict
 
 import numpy as np
 
-from ..errors import PixfeedError, SourceError
+from ..errors import Location, PixfeedError, SourceError
 from ..fields import codec, picture
 from ..fields.array import transform
 from ..sources.folder import Source
@@ -23,15 +24,15 @@ def pack_fields(source: Source, i: int, opts, plan, size, image_shape) -> Dict[s
     when its pixels were resized at pack time, ``image_shape``: its (H, W) after EXIF orientation."""
     values = {f.name: source.values[f.name][i] for f in source.schema}
     _boxes(source, i, values, plan, size)
-    out = {}
+    out, image_where = {}, Location(source.where, i)  # formatted only into an error
     for f in source.schema:
-        v, where = values[f.name], source.field_where(i, f.name)
+        v, where = values[f.name], Location(functools.partial(source.field_where, name=f.name), i)
         if f.type == "mask":
             out[f.name] = picture.pack_mask(_bytes(source, v, where), plan, size, opts.store, image_shape,
-                                            where, source.where(i), opts.max_pixels)
+                                            where, image_where, opts.max_pixels)
         elif f.type == "image":
             out[f.name] = picture.pack_image(_bytes(source, v, where), plan, size, opts.store, image_shape,
-                                             where, source.where(i), opts.max_pixels, opts.quality)
+                                             where, image_where, opts.max_pixels, opts.quality)
         else:
             out[f.name] = codec.encode(f, v)
     return out
