@@ -57,3 +57,15 @@ def test_sparse_batches_read_row_by_row(image_tree, tmp_path, compression):
     indices = [11, 0, 11, 5]  # span 12 > 2 x 4: the row-by-row path
     (images, labels), (want, want_labels) = ds.get_batch(indices), ref.get_batch(indices)
     assert torch.equal(images, want) and torch.equal(labels, want_labels)
+
+
+def test_scattered_encoded_reads_come_back_in_the_order_asked(image_tree, tmp_path):
+    """Records far apart (a shuffled batch, a repack's task into shuffled shards) are read in one
+    selection of their distinct rows; repeats and any order come back as asked, each checked."""
+    pack(image_tree, tmp_path / "h5", "hdf5", workers=2)
+    ds, source = H5ImageDataset(tmp_path / "h5"), scan(image_tree)
+    n = len(ds)
+    asked = [n - 1, 0, n - 1, 2, 1]  # spans the whole dataset: not a slice
+    idx, stored, labels = ds.read_checked(asked)
+    assert list(idx) == asked and list(labels) == [source.labels[i] for i in asked]
+    assert [bytes(s) for s in stored] == [(image_tree / source.paths[i]).read_bytes() for i in asked]
