@@ -145,6 +145,8 @@ def _wds_labels_values(ds, names) -> tuple:
 
 
 def _values(ds, names, raws) -> dict:
+    if not names:  # nothing to read: a dataset without fields
+        return {}
     values = {name: [] for name in names}
     by_name = {f.name: f for f in ds.schema}
     for raw in raws:
