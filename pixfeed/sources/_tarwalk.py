@@ -63,9 +63,9 @@ def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None) -> Iter
 def _plain(f: BinaryIO) -> Optional[List[Member]]:
     """The members, or None where a header needs ``tarfile``."""
     found, pos, pax = [], 0, {}
+    read = _reader(f)
     while True:
-        f.seek(pos)
-        head = f.read(BLOCK)
+        head = read(BLOCK, pos)
         if len(head) < BLOCK or head == _ZERO:  # the end (tarfile's checks of what follows are the caller's)
             return found if len(head) in (0, BLOCK) and not pax else None
         kind, size_field = head[156:157], head[124:136]
@@ -76,7 +76,7 @@ def _plain(f: BinaryIO) -> Optional[List[Member]]:
         except ValueError:
             return None
         if kind == _PAX:  # one member's PAX records (webdataset's ShardWriter writes them for every member)
-            pax = _pax(f.read(size))
+            pax = _pax(read(size, pos + BLOCK))
             if pax is None:
                 return None
         else:
@@ -88,6 +88,18 @@ def _plain(f: BinaryIO) -> Optional[List[Member]]:
                               int(pax.get("size", size))))
             size, pax = int(pax.get("size", size)), {}
         pos += BLOCK + -(-size // BLOCK) * BLOCK
+
+
+def _reader(f: BinaryIO) -> Callable[[int, int], bytes]:
+    """``read(size, offset)`` of ``f``: a ``pread`` of a file (no seek, no buffer filled past a header)."""
+    try:
+        fd = f.fileno()
+    except (AttributeError, OSError):  # io.BytesIO (its UnsupportedOperation is an OSError)
+        def read(size: int, offset: int) -> bytes:
+            f.seek(offset)
+            return f.read(size)
+        return read
+    return lambda size, offset: os.pread(fd, size, offset)
 
 
 def _pax(data: bytes) -> Optional[dict]:
@@ -118,4 +130,4 @@ def _checksum_ok(head: bytes) -> bool:
         stored = int(head[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
     except ValueError:
         return False
-    return stored == sum(head[:148]) + 8 * 32 + sum(head[156:])
+    return stored == sum(head) - sum(head[148:156]) + 8 * 32
