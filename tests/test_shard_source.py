@@ -176,6 +176,22 @@ def test_a_truncated_shard_follows_on_error(tmp_path, capsys):
     assert "WebDataset shards" in capsys.readouterr().out
 
 
+def test_a_shard_that_shrinks_after_its_scan_is_named_per_sample(tmp_path):
+    """The pack's tasks read each image at the place the scan found it: a shard cut short in between
+    gives its lost samples a named error (skipped with on_error="skip"), never short bytes."""
+    from pixfeed.sources.shards import scan_shards
+
+    img2dataset_shard(tmp_path / "t" / "0.tar", count=4)
+    source = scan_shards(tmp_path / "t")
+    path = tmp_path / "t" / "0.tar"
+    path.write_bytes(path.read_bytes()[:int(source.extents[2][1]) + 10])  # inside the third image
+    with pytest.raises(SourceError, match=r"0.tar: 10 bytes at \d+, \d+ expected; the shard changed or shrank"):
+        pack(source, tmp_path / "out", "mmap", store="encoded", workers=1)
+    m = pack(source, tmp_path / "out", "mmap", store="encoded", workers=1, on_error="skip")
+    assert m["count"] == 2 and len(m["skipped"]) == 2
+    assert all("changed or shrank since it was scanned" in s["reason"] for s in m["skipped"])
+
+
 def _npy(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, arr)

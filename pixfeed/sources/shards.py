@@ -109,19 +109,21 @@ class ShardSource(Source):
         if self.remote is not None:
             yield from self._fetch_runs([int(i) for i in indices])
             return
-        handle, current = None, None
+        fd, current = None, None
         try:
             for i in (int(i) for i in indices):
                 shard, offset, size = (int(v) for v in self.extents[i])
                 if shard != current:
-                    if handle is not None:
-                        handle.close()
-                    handle, current = open(self.root / self.shards[shard], "rb"), shard
-                handle.seek(offset)
-                yield i, handle.read(size)
+                    if fd is not None:
+                        os.close(fd)
+                    fd, current = os.open(self.root / self.shards[shard], os.O_RDONLY), shard
+                data = os.pread(fd, size, offset)  # one read call (a buffered seek and read took three)
+                yield i, data if len(data) == size else SourceError(
+                    f"{self.root / self.shards[shard]}: {len(data)} bytes at {offset}, {size} expected; the shard "
+                    "changed or shrank since it was scanned")
         finally:
-            if handle is not None:
-                handle.close()
+            if fd is not None:
+                os.close(fd)
 
 
     def _fetch_runs(self, indices: List[int]) -> Iterator[Tuple[int, object]]:
