@@ -139,10 +139,12 @@ class ImageRecords(FieldValues):
 
     def key(self, i: int) -> str:
         """Record ``i``'s key: from the key index (nothing per record kept in memory), or, for packs
-        without one and for URLs, from ``keys.json``, parsed once per process."""
+        without one and for URLs, from ``keys.json``, parsed once per process (``_keys``: either)."""
         entry = self.manifest.get("key_index")
         if entry and self.remote is None:
-            return keyindex.lookup(self.path, entry, i)
+            if self._keys is None:  # opened once per process (not pickled)
+                self._keys = keyindex.KeyIndex(self.path, entry)
+            return self._keys[i]
         if self._keys is None:
             name = self.manifest["keys_file"]
             text = self.remote.read(name) if self.remote is not None else (self.path / name).read_bytes()
