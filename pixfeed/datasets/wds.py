@@ -341,17 +341,14 @@ def _walk(f, wanted, sized=()) -> Iterator[dict]:
     tarfile's stream), extensions lower-cased and webdataset's meta members skipped; the members of
     sample j are read only when ``wanted(j)``, and those of the extensions ``sized`` are their (offset,
     size)."""
+    read = _tarwalk.reader(f)
     for j, (key, group) in enumerate(_tarwalk.samples(f, _META.match)):
         sample = {"__key__": key}
         for ext, offset, size in group if wanted(j) else ():
             ext = ext.lower()
             if ext in sample:
                 raise ValueError(f"{key}.{ext}: a second member of that name in the sample")
-            if ext in sized:
-                sample[ext] = (offset, size)
-            else:
-                f.seek(offset)
-                sample[ext] = f.read(size)
+            sample[ext] = (offset, size) if ext in sized else read(size, offset)
         yield sample
 
 

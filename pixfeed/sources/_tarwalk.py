@@ -63,7 +63,7 @@ def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None) -> Iter
 def _plain(f: BinaryIO) -> Optional[List[Member]]:
     """The members, or None where a header needs ``tarfile``."""
     found, pos, pax = [], 0, {}
-    read = _reader(f)
+    read = reader(f)
     while True:
         head = read(BLOCK, pos)
         if len(head) < BLOCK or head == _ZERO:  # the end (tarfile's checks of what follows are the caller's)
@@ -90,7 +90,7 @@ def _plain(f: BinaryIO) -> Optional[List[Member]]:
         pos += BLOCK + -(-size // BLOCK) * BLOCK
 
 
-def _reader(f: BinaryIO) -> Callable[[int, int], bytes]:
+def reader(f: BinaryIO) -> Callable[[int, int], bytes]:
     """``read(size, offset)`` of ``f``: a ``pread`` of a file (no seek, no buffer filled past a header)."""
     try:
         fd = f.fileno()

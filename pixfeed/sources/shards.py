@@ -188,15 +188,11 @@ def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
 def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict[str, Tuple[int, int, bytes]]]]:
     """(key, {ext: (offset, size, bytes or None for the image kinds)}) per sample, in shard order."""
     with io.BytesIO(data) if data is not None else open(root / name, "rb") as f:
+        read = _tarwalk.reader(f)
         for key, group in _tarwalk.samples(f):
             # the image: by range, later
-            yield key, {ext: (offset, size, None if ext.lower() in IMAGE_EXTS else _read(f, offset, size))
+            yield key, {ext: (offset, size, None if ext.lower() in IMAGE_EXTS else read(size, offset))
                         for ext, offset, size in group}
-
-
-def _read(f, offset: int, size: int) -> bytes:
-    f.seek(offset)
-    return f.read(size)
 
 
 def _sample(where: str, key: str, members: dict, image_ext: Optional[str]) -> dict:
