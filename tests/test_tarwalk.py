@@ -63,3 +63,31 @@ def test_damaged_headers_go_to_tarfile():
     assert _tarwalk._plain(io.BytesIO(bytes(data))) is None
     with pytest.raises(tarfile.TarError):
         _tarwalk.members(io.BytesIO(b"not a tar file at all" * 40))
+
+
+def test_the_header_checksum_check_is_the_plain_sum():
+    """``_checksum_ok`` (the sum found modulo 65521 and 255) accepts exactly the headers whose checksum
+    field equals the plain sum of their bytes: real headers, each with one byte changed, random blocks."""
+    import random
+
+    def plain(head: bytes) -> bool:
+        try:
+            stored = int(head[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+        except ValueError:
+            return False
+        return stored == sum(head) - sum(head[148:156]) + 8 * 32
+
+    rng, changed = random.Random(3), 0
+    for _ in range(500):
+        info = tarfile.TarInfo("n" * rng.randint(1, 99))
+        info.size, info.mtime = rng.randrange(8 ** 11), rng.randrange(8 ** 11)
+        head = info.tobuf(tarfile.USTAR_FORMAT)[:512]
+        assert _tarwalk._checksum_ok(head)
+        for k in rng.sample(range(512), 8):
+            bad = bytearray(head)
+            bad[k] = rng.randrange(256)
+            changed += bad != head
+            assert _tarwalk._checksum_ok(bytes(bad)) == plain(bytes(bad))
+        block = rng.randbytes(512)
+        assert _tarwalk._checksum_ok(block) == plain(block)
+    assert changed > 3500
