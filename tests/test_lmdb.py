@@ -96,3 +96,17 @@ def test_values_are_staged_whole_and_put_as_views_of_the_part(image_tree, tmp_pa
     ds = LmdbImageDataset(tmp_path / "out")
     for i in range(len(ds)):
         ds[i]  # every checksum matches
+
+
+def test_whether_the_dataset_fits_is_asked_once_per_unmap_interval(image_tree, tmp_path, monkeypatch):
+    """Past ``UNMAP_EVERY`` bytes the reader asks whether the dataset fits in the page cache (which
+    reads /proc and the cgroup's files) once, then counts again; it asked on every read after."""
+    import pixfeed.datasets.lmdb as lmdb_reader
+
+    pack(image_tree, tmp_path / "out", "lmdb", workers=1)
+    asked = []
+    monkeypatch.setattr(lmdb_reader, "fits_in_page_cache", lambda nbytes: asked.append(nbytes) or True)
+    monkeypatch.setattr(lmdb_reader, "UNMAP_EVERY", 3000)
+    ds = LmdbImageDataset(tmp_path / "out")
+    total = sum(len(ds.read_checked([i])[1][0]) for i in list(range(len(ds))) * 4)
+    assert 0 < len(asked) <= total // 3000

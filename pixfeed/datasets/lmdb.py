@@ -92,11 +92,12 @@ class LmdbImageDataset(MapImageDataset):
         return stored, labels, checksums
 
     def _unmap_behind(self, nbytes: int) -> None:
-        """Drop the mapped pages once ``UNMAP_EVERY`` bytes were read since the last time, when the
-        dataset does not fit in the page cache."""
+        """Each ``UNMAP_EVERY`` bytes read, drop the mapped pages when the dataset does not fit in the page
+        cache (asked once each time: the question reads /proc and the cgroup's files)."""
         self._mapped += nbytes
-        if self._mapped > UNMAP_EVERY and not fits_in_page_cache(self.manifest["files"][DATA]["bytes"]):
-            unmap_pages(self.path / DATA)
+        if self._mapped > UNMAP_EVERY:
+            if not fits_in_page_cache(self.manifest["files"][DATA]["bytes"]):
+                unmap_pages(self.path / DATA)
             self._mapped = 0
 
     def record_extents(self) -> Extents:
