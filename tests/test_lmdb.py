@@ -98,6 +98,29 @@ def test_values_are_staged_whole_and_put_as_views_of_the_part(image_tree, tmp_pa
         ds[i]  # every checksum matches
 
 
+def test_a_repack_reads_views_of_the_map_in_one_transaction_and_checks_them(image_tree, tmp_path):
+    """``iter_verified`` (a repack's reads) yields encoded records as views of LMDB's map, not copies,
+    each checked against its checksum before it is yielded; a flipped byte is named, never passed on."""
+    pack(image_tree, tmp_path / "out", "lmdb", workers=1)
+    ds, source = LmdbImageDataset(tmp_path / "out"), scan(image_tree)
+    seen = []
+    for i, data, checksum in ds.iter_verified(range(len(ds)), block=4):
+        assert isinstance(data, memoryview) and data.obj is None  # LMDB's memory, not a bytes object
+        seen.append((i, bytes(data), int(checksum)))
+    _, stored, _, sums = ds.read_verified(range(len(ds)))
+    assert seen == [(i, bytes(s), int(c)) for i, (s, c) in enumerate(zip(stored, sums))]
+    assert seen[5][1] == (image_tree / source.paths[5]).read_bytes()
+    path = tmp_path / "out" / "data.mdb"
+    raw = bytearray(path.read_bytes())
+    at = raw.find(seen[5][1]) + len(seen[5][1]) // 2
+    raw[at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    ds = LmdbImageDataset(tmp_path / "out")
+    with pytest.raises(CorruptDataError, match=r"record 5 .*fail their xxh3_64 checksum"):
+        for _ in ds.iter_verified(range(len(ds))):
+            pass
+
+
 def test_whether_the_dataset_fits_is_asked_once_per_unmap_interval(image_tree, tmp_path, monkeypatch):
     """Past ``UNMAP_EVERY`` bytes the reader asks whether the dataset fits in the page cache (which
     reads /proc and the cgroup's files) once, then counts again; it asked on every read after."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -290,6 +290,13 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         for rec, expected, i in zip(stored, checksums, idx):
             self.check_checksum(rec, expected, int(i))
         return idx, stored, labels, checksums
+
+    def iter_verified(self, indices: Sequence[int], block: int = 256) -> Iterator[tuple]:
+        """(index, stored record, checksum) of each of ``indices``, checksums checked, read ``block`` at a
+        time (a repack's source).  A record may be a view that holds only until the next is asked for."""
+        for start in range(0, len(indices), block):
+            idx, stored, _, sums = self.read_verified(indices[start:start + block])
+            yield from zip(idx.tolist(), stored, sums)
 
     def __getitem__(self, i: int):
         if not self.default_fields:

@@ -91,6 +91,19 @@ class LmdbImageDataset(MapImageDataset):
         self._unmap_behind(stored.nbytes if shape else sum(map(len, stored)))
         return stored, labels, checksums
 
+    def iter_verified(self, indices, block: int = 256):
+        """Encoded records as views of the map, read in one transaction held while they are used (no
+        copy out of it, as ``read_stored`` must make); pixels as the base class reads them."""
+        if self.stored_shape:
+            yield from super().iter_verified(indices, block)
+            return
+        with self.handle.begin(buffers=True) as txn:
+            for i in self._indices(indices).tolist():
+                header, data = self._parse(txn, i)
+                self.check_checksum(data, header.checksum, i)
+                yield i, data, header.checksum
+                self._unmap_behind(len(data))
+
     def _unmap_behind(self, nbytes: int) -> None:
         """Each ``UNMAP_EVERY`` bytes read, drop the mapped pages when the dataset does not fit in the page
         cache (asked once each time: the question reads /proc and the cgroup's files)."""

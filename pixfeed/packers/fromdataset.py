@@ -52,13 +52,12 @@ class DatasetSource(Source):
         if self.dataset.format == "wds":  # each image read at its place in its shard (found by the scan)
             yield from self._records(self.dataset.read_places((i, *self.places[i]) for i in indices))
             return
-        for start in range(0, len(indices), BLOCK):
-            idx, stored, _, sums = self.dataset.read_verified(indices[start:start + BLOCK])
-            yield from self._records(zip(idx.tolist(), stored, sums))
+        yield from self._records(self.dataset.iter_verified(indices, BLOCK))
 
     def _records(self, read) -> Iterator[Tuple[int, object]]:
-        """Checked encoded records as the reader holds them (maybe a view of data.bin: no copy), with
-        their checksum; stored pixels as PNGs."""
+        """Checked encoded records as the reader holds them (maybe a view of data.bin, or of LMDB's map in
+        a read transaction: no copy; a task writes each before it asks for the next), with their
+        checksum; stored pixels as PNGs."""
         verified = self.dataset.store == "encoded" and self.dataset.checksums
         for i, stored, checksum in read:
             yield int(i), Verified(memoryview(stored), int(checksum)) if verified else \
