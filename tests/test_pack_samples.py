@@ -118,3 +118,24 @@ def test_the_coco_example_lines_masks_and_boxes_up_with_the_images(coco, tmp_pat
             x0, y0, x1, y1 = (int(round(v)) for v in box)
             assert (mask.numpy()[y0:max(y1, y0 + 1), x0:max(x1, x0 + 1)] == c).any() or x1 - x0 < 2 or y1 - y0 < 2
     assert total > 1000 and agree / total > 0.99, (agree, total)
+
+
+def test_values_of_two_types_in_one_field_name_both_samples(tmp_path):
+    two = [{"image": image(0), "n": 1}, {"image": image(1), "n": "a"}]
+    with pytest.raises(SourceError, match=r"field 'n': its values are of different types, 1 in sample 0 and 'a' in "
+                                          r"sample 1; .*schema=\{'n': TYPE\}"):
+        pixfeed.pack_samples(two, tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+    m = pixfeed.pack_samples(two, tmp_path / "ds", schema={"n": "json"})
+    ds = open_dataset(tmp_path / "ds", fields=("n",))
+    assert m["schema"] == [{"name": "n", "type": "json"}] and [ds[i][0] for i in range(2)] == [1, "a"]
+
+
+@pytest.mark.parametrize("fmt", ["mmap", "lmdb", "hdf5", "wds"])
+def test_class_indices_without_names_pack_into_every_format(tmp_path, fmt):
+    """Labels given as indices (no class names) pack into every format (wds's shard planning once
+    looked a name up for each and failed past index 0)."""
+    m = pixfeed.pack_samples([{"image": image(i), "label": i % 3} for i in range(6)], tmp_path / "ds", format=fmt)
+    ds = open_dataset(tmp_path / "ds", **({"shuffle": False} if fmt == "wds" else {}))
+    labels = [label for _, label in ds] if fmt == "wds" else [ds[i][1] for i in range(len(ds))]
+    assert m["classes"] is None and sorted(labels) == sorted(i % 3 for i in range(6))

@@ -120,10 +120,11 @@ class WdsWriter(Writer):
             payload = np.full(len(self.source), len(_npy(np.zeros((h, w, 3), np.uint8))))
         else:
             payload = self.source.sizes
-        classes = self.source.classes or [""]
+        classes = self.source.classes  # None for class indices without names (written as null)
         headers = np.array([3 * _header_bytes(f"{name}.{META_EXTENSION}") for name in self.names])
         labels = np.maximum(self.source.labels, 0)
-        text = np.array([len(key) + len(classes[label]) for key, label in zip(self.source.keys, labels)])
+        text = np.array([len(key) + (len(classes[label]) if classes else 0)
+                         for key, label in zip(self.source.keys, labels)])
         return headers + _pad(payload) + _BLOCK + _pad(_JSON_FIXED + 6 * text) + self._field_estimates()
 
     def _field_estimates(self) -> np.ndarray:
