@@ -128,3 +128,22 @@ def test_cli_errors_are_one_line(tree, tmp_path, capsys):
     assert main(["pack", "-q", "--index", str(index), "--field", "n:int", str(tree), str(tmp_path / "ds")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "line 2, column 'n'" in err[0]
+
+
+def test_a_csv_column_of_text_and_numbers_is_text_as_written(tree, tmp_path):
+    """Codes such as 001 and A12 in one CSV column are text, kept as written (not JSON, not 1)."""
+    index = write_csv(tmp_path / "i.csv", ["image", "code"], [["img/00.png", "001"], ["img/01.png", "A12"]])
+    m = pack(tree, index, tmp_path / "ds")
+    assert m["schema"] == [{"name": "code", "type": "str"}]
+    ds = pixfeed.open_dataset(tmp_path / "ds", fields=("code",))
+    assert [ds[i][0] for i in range(2)] == ["001", "A12"]
+
+
+def test_a_jsonl_column_of_two_types_names_both_rows(tree, tmp_path):
+    index = tmp_path / "i.jsonl"
+    index.write_text('{"image": "img/00.png", "n": 1}\n{"image": "img/01.png", "n": "x"}\n')
+    with pytest.raises(SourceError, match=r"field 'n': its values are of different types, 1 in .*i\.jsonl: line 1 "
+                                          r"and 'x' in .*i\.jsonl: line 2; .*--field n:TYPE"):
+        pack(tree, index, tmp_path / "ds")
+    assert nothing_left(tmp_path / "ds")
+    assert pack(tree, index, tmp_path / "ds", field=["n:json"])["count"] == 2

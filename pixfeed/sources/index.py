@@ -58,7 +58,8 @@ def scan_index(index, src, image_column: Optional[str] = None, fields: Sequence[
     root = store.url if store else local_path(src)
     if store is None and not root.is_dir():
         raise SourceError(f"source {root}: no such folder (the index's image paths are relative to it)")
-    schema = _schema(name, columns, is_text, exclude={image, class_column}, given=fields)
+    schema = _schema(name, columns, is_text, exclude={image, class_column}, given=fields,
+                     where=[f"{name}: {r}" for r in rows])
     src = IndexSource(root, [], [], np.zeros(0, np.int64), None, np.zeros(0, np.int64), remote=store)
     src.index, src.rows, src.schema = name, rows, schema
     src.paths, src.blobs = _images(name, rows, image, columns[image])
@@ -102,7 +103,7 @@ def _image_column(name: str, columns: Dict[str, list], given: Optional[str]) -> 
     return found
 
 
-def _schema(name: str, columns, is_text: bool, exclude: set, given: Sequence[str]) -> List[Field]:
+def _schema(name: str, columns, is_text: bool, exclude: set, given: Sequence[str], where: List[str]) -> List[Field]:
     overrides = dict(parse_field_option(g) for g in given)
     unknown = [n for n in overrides if n not in columns]
     if unknown:
@@ -113,7 +114,7 @@ def _schema(name: str, columns, is_text: bool, exclude: set, given: Sequence[str
         if column in exclude:
             continue
         out.append(parse_type(column, overrides[column], "--field") if column in overrides
-                   else infer(column, cells, is_text))
+                   else infer(column, cells, is_text, where))
         if out[-1].name == "image":
             raise SourceError(f"{name}: column 'image' is a name every record has and not the image column; "
                               "rename it in the index")

@@ -156,7 +156,7 @@ def _schema(samples: List[dict], names: List[str], given: Dict[str, str]) -> Lis
     if unknown:
         raise OptionError(f"schema: no sample has a field {unknown[0]!r}; the fields: {', '.join(fields) or 'none'}")
     return [parse_type(k, given[k], "schema") if k in given else
-            infer(k, [_listed(s[k]) for s in samples], is_text=False) for k in fields]
+            infer(k, [_listed(s[k]) for s in samples], is_text=False, where=names) for k in fields]
 
 
 def _listed(value):
