@@ -139,3 +139,13 @@ def test_class_indices_without_names_pack_into_every_format(tmp_path, fmt):
     ds = open_dataset(tmp_path / "ds", **({"shuffle": False} if fmt == "wds" else {}))
     labels = [label for _, label in ds] if fmt == "wds" else [ds[i][1] for i in range(len(ds))]
     assert m["classes"] is None and sorted(labels) == sorted(i % 3 for i in range(6))
+
+
+def test_numpy_scalars_are_typed_as_the_values_they_hold(tmp_path):
+    """np.float32(0.5) and np.int64(3) in a sample are a float and an int field (they failed with
+    "Object of type float32 is not JSON serializable")."""
+    m = pixfeed.pack_samples([{"image": image(i), "score": np.float32(i / 2), "n": np.int64(i)} for i in range(3)],
+                             tmp_path / "ds", workers=1)
+    assert m["schema"] == [{"name": "score", "type": "float"}, {"name": "n", "type": "int"}]
+    ds = open_dataset(tmp_path / "ds", fields=("score", "n"))
+    assert [tuple(ds[i]) for i in range(3)] == [(0.0, 0), (0.5, 1), (1.0, 2)]

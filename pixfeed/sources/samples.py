@@ -160,7 +160,8 @@ def _schema(samples: List[dict], names: List[str], given: Dict[str, str]) -> Lis
 
 
 def _listed(value):
-    return value.tolist() if isinstance(value, np.ndarray) else value
+    """NumPy arrays and scalars (np.float32(0.5), np.int64(3)) as the Python values they hold."""
+    return value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value
 
 
 def _value(f: Field, value, where: str):
