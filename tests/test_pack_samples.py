@@ -149,3 +149,26 @@ def test_numpy_scalars_are_typed_as_the_values_they_hold(tmp_path):
     assert m["schema"] == [{"name": "score", "type": "float"}, {"name": "n", "type": "int"}]
     ds = open_dataset(tmp_path / "ds", fields=("score", "n"))
     assert [tuple(ds[i]) for i in range(3)] == [(0.0, 0), (0.5, 1), (1.0, 2)]
+
+
+def test_pil_images_pack_losslessly_and_bad_images_and_labels_are_named(tmp_path):
+    from PIL import Image
+
+    pictures = [Image.new("RGB", (8, 6), (10, 20, 30)), Image.new("L", (4, 4), 7), Image.new("CMYK", (5, 5))]
+    pixfeed.pack_samples([{"image": p} for p in pictures], tmp_path / "ds", store="encoded", workers=1)
+    ds = open_dataset(tmp_path / "ds")
+    assert ds[0][0][:, 0, 0].tolist() == [10, 20, 30] and tuple(ds[0][0].shape) == (3, 6, 8)
+    assert ds[1][0][:, 0, 0].tolist() == [7, 7, 7] and tuple(ds[2][0].shape) == (3, 5, 5)
+    cases = [
+        ([{"image": np.zeros((8, 8, 3), np.float32)}],
+         r"sample 0: image is a float32 array of shape \(8, 8, 3\); give .* a PIL image or an HxWx3"),
+        ([{"image": image(0), "label": 2}, {"image": image(1), "label": -1}],
+         r"sample 1: label -1 is neither a class index \(int >= 0\) nor a class name"),
+        ([{"image": image(0), "label": 1}, {"image": image(1), "label": "cat"}],
+         r"sample 1: label 'cat' is a class name and sample 0's 1 a class index"),
+        ([{"image": image(0), "label": True}], r"sample 0: label True is neither"),
+    ]
+    for samples, match in cases:
+        with pytest.raises(SourceError, match=match):
+            pixfeed.pack_samples(samples, tmp_path / "bad", workers=1)
+        assert not (tmp_path / "bad").exists()

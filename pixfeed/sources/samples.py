@@ -1,8 +1,8 @@
 """Samples from Python as a source: ``pixfeed.pack_samples`` (anything else people hold: COCO, a database).
 
 ``pack_samples(samples, DST)``: ``samples`` is an iterable of dicts, one per
-sample: ``"image"`` (a file path, the image file's bytes, or an HxWx3 or HxW
-uint8 array, stored as a lossless PNG), optional ``"label"`` (a class index,
+sample: ``"image"`` (a file path, the image file's bytes, a PIL image, or an
+HxWx3 or HxW uint8 array, the last two stored as a lossless PNG), optional ``"label"`` (a class index,
 or a class name: names are mapped to sorted indices as folder names are) and
 ``"key"`` (default: the sample's number, ``000000012``), and any other keys
 as typed fields, their types inferred as an index file's columns are
@@ -82,8 +82,22 @@ def _portable(sample) -> dict:
     """A sample dict with arrays that are pictures turned into PNG bytes (they cross processes as bytes)."""
     if not isinstance(sample, dict):
         raise SourceError(f"a sample must be a dict with an 'image', not {type(sample).__name__}")
-    return {k: _png(v) if isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim in (2, 3) and
-            k == "image" else v for k, v in sample.items()}
+    return {k: _picture(v) if k == "image" else v for k, v in sample.items()}
+
+
+def _picture(value):
+    """A uint8 array (HxW, HxWx3, HxWx4) or a PIL image as lossless PNG bytes; anything else as it is."""
+    if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim in (2, 3):
+        return _png(value)
+    if isinstance(value, Image.Image):
+        buf = io.BytesIO()
+        try:
+            value.save(buf, "PNG", compress_level=1)
+        except OSError:  # a mode PNG cannot hold (CMYK, YCbCr, F): as RGB, by the decode rules
+            buf = io.BytesIO()
+            value.convert("RGB").save(buf, "PNG", compress_level=1)
+        return buf.getvalue()
+    return value
 
 
 def scan_samples(samples: Iterable[dict], names: Optional[List[str]] = None, schema: Optional[Dict[str, str]] = None,
@@ -125,7 +139,9 @@ def _image_bytes(value, where: str) -> bytes:
             return Path(value).read_bytes()
         except OSError as e:
             raise SourceError(f"{where}: image {value}: cannot read ({e.strerror or e})") from None
-    raise SourceError(f"{where}: image is a {type(value).__name__}; give a path, the file's bytes or an HxWx3 "
+    what = f"a {value.dtype} array of shape {value.shape}" if isinstance(value, np.ndarray) else \
+        f"a {type(value).__name__}"
+    raise SourceError(f"{where}: image is {what}; give a path, the file's bytes, a PIL image or an HxWx3 (or HxW) "
                       "uint8 array")
 
 
@@ -138,10 +154,17 @@ def _labels(values: list, names: List[str]) -> tuple:
         raise SourceError(f"{names[missing]}: no 'label' while other samples have one; every sample needs one, or none")
     if all(isinstance(v, str) for v in values):
         classes = sorted(set(values))
-        return np.array([classes.index(v) for v in values], np.int64), classes
+        number = {c: k for k, c in enumerate(classes)}
+        return np.array([number[v] for v in values], np.int64), classes
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
         return np.array(values, np.int64), None
-    bad = next(n for n, v in enumerate(values) if not isinstance(v, (int, np.integer, str)) or isinstance(v, bool))
+    is_index = [isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values]
+    text, index = (next((n for n, v in enumerate(values) if test(n, v)), None)
+                   for test in (lambda n, v: isinstance(v, str), lambda n, v: is_index[n]))
+    if text is not None and index is not None:
+        raise SourceError(f"{names[text]}: label {values[text]!r} is a class name and {names[index]}'s "
+                          f"{values[index]!r} a class index; give every sample a name, or every one an index")
+    bad = next(n for n, v in enumerate(values) if not isinstance(v, str) and not (is_index[n] and v >= 0))
     raise SourceError(f"{names[bad]}: label {values[bad]!r} is neither a class index (int >= 0) nor a class name")
 
 
@@ -165,6 +188,8 @@ def _listed(value):
 
 
 def _value(f: Field, value, where: str):
+    if isinstance(value, Image.Image) and f.type in ("mask", "image"):
+        value = np.asarray(value)
     if f.type == "mask" and isinstance(value, np.ndarray):
         return encode_mask(value)
     if f.type == "image" and isinstance(value, np.ndarray):
