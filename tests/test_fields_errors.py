@@ -147,3 +147,18 @@ def test_a_jsonl_column_of_two_types_names_both_rows(tree, tmp_path):
         pack(tree, index, tmp_path / "ds")
     assert nothing_left(tmp_path / "ds")
     assert pack(tree, index, tmp_path / "ds", field=["n:json"])["count"] == 2
+
+
+def test_class_indices_in_the_class_column_stay_as_they_are(tree, tmp_path):
+    """Integer labels (digits in a CSV, ints in JSONL) are class indices already: label 10 stays 10, not
+    the third of the sorted names "0", "1", "10"; names are sorted as before, and so is a mix."""
+    rows = [[f"img/{i:02d}.png", str(label)] for i, label in enumerate([10, 1, 0, 2])]
+    m = pack(tree, write_csv(tmp_path / "i.csv", ["image", "label"], rows), tmp_path / "ds")
+    ds = pixfeed.open_dataset(tmp_path / "ds")
+    assert [ds[i][1] for i in range(4)] == [10, 1, 0, 2] and m["classes"] == [str(c) for c in range(11)]
+    jsonl = tmp_path / "i.jsonl"
+    jsonl.write_text("".join(json.dumps({"image": f"img/{i:02d}.png", "label": v}) + "\n"
+                             for i, v in enumerate([3, "b", "a", 3])))
+    m = pack(tree, jsonl, tmp_path / "ds2")
+    ds = pixfeed.open_dataset(tmp_path / "ds2")
+    assert m["classes"] == ["3", "a", "b"] and [ds[i][1] for i in range(4)] == [0, 2, 1, 0]

@@ -6,7 +6,9 @@
 folder or a URL prefix), or in Parquet the image bytes themselves (a binary
 column, or Hugging Face ``datasets``' Image struct ``{bytes, path}``).
 ``--class-column`` (default: a column named ``label``, if any) maps its values
-to class indices (sorted, as folder names are); every other column is a field, its type inferred (``infer``) unless
+to class indices (sorted, as folder names are), except that class indices
+already (every value an int >= 0, or its digits in a CSV) stay as they are,
+the classes named "0", "1", ... as for shards' ``.cls``; every other column is a field, its type inferred (``infer``) unless
 ``--field NAME:TYPE`` gives it.  Keys are the image paths without extension
 (the struct's path, or the row number, for bytes); two rows of one key are an
 error.  Every cell but pictures is parsed here, so a bad cell stops the pack
@@ -30,6 +32,7 @@ from .infer import infer
 from .tables import read_table
 
 IMAGE_COLUMNS = ("image", "path", "file", "filename")
+MAX_CLASS_ID = 1 << 20  # larger ids (sparse ones: 1e9) are names, sorted, not indices
 
 
 class IndexSource(Source):
@@ -158,9 +161,21 @@ def _labels(name: str, rows: List[str], columns, column: Optional[str]) -> tuple
     for row, c in zip(rows, cells):
         if c is None or c == "" or isinstance(c, (list, dict)):
             raise SourceError(f"{name}: {row}, column {column!r}: {c!r} is not a class name")
+    ids = [_class_id(c) for c in cells]
+    if all(i is not None for i in ids) and max(ids) < MAX_CLASS_ID:  # indices already: kept, as .cls labels are
+        return np.array(ids, np.int64), [str(i) for i in range(max(ids) + 1)]
     classes = sorted({str(c) for c in cells})
     index = {c: i for i, c in enumerate(classes)}
     return np.array([index[str(c)] for c in cells], np.int64), classes
+
+
+def _class_id(cell) -> Optional[int]:
+    """A class column's cell as a class index (an int >= 0, or its digits in a CSV), else None."""
+    if isinstance(cell, (int, np.integer)) and not isinstance(cell, bool) and cell >= 0:
+        return int(cell)
+    if isinstance(cell, str) and cell.strip().isdigit() and cell.strip().isascii():
+        return int(cell)
+    return None
 
 
 def _size(path: Path) -> int:
