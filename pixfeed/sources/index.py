@@ -32,7 +32,6 @@ from .infer import infer
 from .tables import read_table
 
 IMAGE_COLUMNS = ("image", "path", "file", "filename")
-MAX_CLASS_ID = 1 << 20  # larger ids (sparse ones: 1e9) are names, sorted, not indices
 
 
 class IndexSource(Source):
@@ -162,7 +161,8 @@ def _labels(name: str, rows: List[str], columns, column: Optional[str]) -> tuple
         if c is None or c == "" or isinstance(c, (list, dict)):
             raise SourceError(f"{name}: {row}, column {column!r}: {c!r} is not a class name")
     ids = [_class_id(c) for c in cells]
-    if all(i is not None for i in ids) and max(ids) < MAX_CLASS_ID:  # indices already: kept, as .cls labels are
+    if all(i is not None for i in ids) and max(ids) < max(1024, 2 * len(set(ids))):
+        # class indices already: kept, as .cls labels are (sparse ids, such as 10**9, are names)
         return np.array(ids, np.int64), [str(i) for i in range(max(ids) + 1)]
     classes = sorted({str(c) for c in cells})
     index = {c: i for i, c in enumerate(classes)}
