@@ -158,7 +158,7 @@ def _origin(source) -> str:
     if source.get("kind") == "pixfeed":
         return f"the pixfeed dataset {source['path']} ({source['format']}/{source['store']})"
     if source.get("kind") == "shards":
-        return f"WebDataset shards {source['source']} ({source['shards']} shards)"
+        return f"WebDataset shards {source['source']} ({plural(source['shards'], 'shard')})"
     if source.get("kind") == "python":
         how = f"{source['function']} over {source['inputs']} inputs" if "function" in source else "an iterable"
         return f"Python samples (pixfeed.pack_samples: {how})"
