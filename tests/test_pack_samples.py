@@ -133,12 +133,12 @@ def test_values_of_two_types_in_one_field_name_both_samples(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["mmap", "lmdb", "hdf5", "wds"])
 def test_class_indices_without_names_pack_into_every_format(tmp_path, fmt):
-    """Labels given as indices (no class names) pack into every format (wds's shard planning once
-    looked a name up for each and failed past index 0)."""
+    """Labels given as indices pack into every format, their classes named "0".."N" as shards' .cls are
+    (wds's shard planning once looked a name up for each and failed past index 0)."""
     m = pixfeed.pack_samples([{"image": image(i), "label": i % 3} for i in range(6)], tmp_path / "ds", format=fmt)
     ds = open_dataset(tmp_path / "ds", **({"shuffle": False} if fmt == "wds" else {}))
     labels = [label for _, label in ds] if fmt == "wds" else [ds[i][1] for i in range(len(ds))]
-    assert m["classes"] is None and sorted(labels) == sorted(i % 3 for i in range(6))
+    assert m["classes"] == ["0", "1", "2"] and sorted(labels) == sorted(i % 3 for i in range(6))
 
 
 def test_numpy_scalars_are_typed_as_the_values_they_hold(tmp_path):
@@ -172,3 +172,11 @@ def test_pil_images_pack_losslessly_and_bad_images_and_labels_are_named(tmp_path
         with pytest.raises(SourceError, match=match):
             pixfeed.pack_samples(samples, tmp_path / "bad", workers=1)
         assert not (tmp_path / "bad").exists()
+
+
+def test_sparse_class_ids_are_kept_without_names(tmp_path):
+    """Ids far apart (5 and 10**9) stay the labels, with no list of a billion class names."""
+    m = pixfeed.pack_samples([{"image": image(i), "label": v} for i, v in enumerate([5, 10 ** 9])], tmp_path / "ds",
+                             workers=1)
+    ds = open_dataset(tmp_path / "ds")
+    assert m["classes"] is None and [ds[i][1] for i in range(2)] == [5, 10 ** 9]

@@ -28,7 +28,7 @@ from ..fields import Field, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import parse
 from .folder import Source
 from ..storage import Store, is_url, local_path
-from .infer import infer
+from .infer import index_classes, infer
 from .tables import read_table
 
 IMAGE_COLUMNS = ("image", "path", "file", "filename")
@@ -161,9 +161,9 @@ def _labels(name: str, rows: List[str], columns, column: Optional[str]) -> tuple
         if c is None or c == "" or isinstance(c, (list, dict)):
             raise SourceError(f"{name}: {row}, column {column!r}: {c!r} is not a class name")
     ids = [_class_id(c) for c in cells]
-    if all(i is not None for i in ids) and max(ids) < max(1024, 2 * len(set(ids))):
-        # class indices already: kept, as .cls labels are (sparse ids, such as 10**9, are names)
-        return np.array(ids, np.int64), [str(i) for i in range(max(ids) + 1)]
+    names = index_classes(ids) if all(i is not None for i in ids) else None
+    if names is not None:  # class indices already: kept, as .cls labels are (sparse ids are names)
+        return np.array(ids, np.int64), names
     classes = sorted({str(c) for c in cells})
     index = {c: i for i, c in enumerate(classes)}
     return np.array([index[str(c)] for c in cells], np.int64), classes

@@ -50,6 +50,17 @@ def infer(name: str, cells: list, is_text: bool, where: Optional[Sequence[str]] 
     return Field(name, "json")
 
 
+def index_classes(ids) -> Optional[list]:
+    """The class names of labels that are class indices already (``.cls`` members, an index's integer
+    class column, ``pack_samples``' int labels): "0", "1", ... up to the largest, while they stay dense
+    (the largest under max(1024, twice the distinct ids)); None for sparse ids such as 10**9."""
+    ids = np.asarray(ids, np.int64)
+    ids = ids[ids >= 0]
+    if not len(ids) or int(ids.max()) >= max(1024, 2 * len(np.unique(ids))):
+        return None
+    return [str(c) for c in range(int(ids.max()) + 1)]
+
+
 def _kind(value) -> str:
     """What a value is, for telling a column of one type from a mix: a number (int and float mix), a
     text, bytes, a truth value, or JSON (a list or an object)."""

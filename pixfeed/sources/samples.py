@@ -33,7 +33,7 @@ from ..fields import Field, parse_type
 from ..fields.codec import parse
 from ..fields.picture import encode_mask
 from .folder import Source
-from .infer import infer
+from .infer import index_classes, infer
 
 RESERVED = ("image", "label", "key")
 
@@ -157,7 +157,7 @@ def _labels(values: list, names: List[str]) -> tuple:
         number = {c: k for k, c in enumerate(classes)}
         return np.array([number[v] for v in values], np.int64), classes
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
-        return np.array(values, np.int64), None
+        return np.array(values, np.int64), index_classes(values)
     is_index = [isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values]
     text, index = (next((n for n, v in enumerate(values) if test(n, v)), None)
                    for test in (lambda n, v: isinstance(v, str), lambda n, v: is_index[n]))

@@ -42,6 +42,7 @@ from ..fields import Field, parse_field_option, parse_type
 from ..storage import Store, is_url, local_path
 from . import _tarwalk
 from .folder import Source
+from .infer import index_classes
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 TEXT_EXTS = ("txt", "text", "caption")
@@ -251,7 +252,7 @@ def _source(src, root, names: List[str], store: Optional[Store], samples: list, 
         i, j = int(np.argmax(labels >= 0)), int(np.argmax(labels < 0))
         raise SourceError(f"{src}: sample {keys[i]!r} has a .cls member but {keys[j]!r} has none; every sample "
                           "needs its label, or none")
-    classes = [str(c) for c in range(int(labels.max()) + 1)] if (labels >= 0).any() else None  # .cls: indices
+    classes = index_classes(labels)  # .cls: class indices
     out = ShardSource(root if store is None else store.url, [s["path"] for _, _, s in samples], keys, labels, classes,
                       np.array([s["image"][1] for _, _, s in samples], np.int64), notes=notes, remote=store)
     out.shards, out.walked = names, not (BRACE.search(str(src)) or str(src).endswith(".tar"))
