@@ -41,8 +41,19 @@ def load_mask(data: bytes, where: str, max_pixels=None) -> np.ndarray:
 
 
 def encode_mask(arr: np.ndarray) -> bytes:
+    return encode_png(Image.fromarray(np.ascontiguousarray(arr, np.uint8), "L"))
+
+
+def encode_png(picture) -> bytes:
+    """A uint8 array or a PIL image as a lossless PNG (a mode PNG cannot hold, such as CMYK, YCbCr or F,
+    as RGB, by the decode rules)."""
+    img = picture if isinstance(picture, Image.Image) else Image.fromarray(np.ascontiguousarray(picture))
     buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(arr, np.uint8), "L").save(buf, "PNG", compress_level=1)
+    try:
+        img.save(buf, "PNG", compress_level=1)
+    except OSError:
+        buf = io.BytesIO()
+        img.convert("RGB").save(buf, "PNG", compress_level=1)
     return buf.getvalue()
 
 

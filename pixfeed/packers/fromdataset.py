@@ -14,11 +14,9 @@ its own images there.  Repacking a dataset onto itself is refused.
 """
 from __future__ import annotations
 
-import io
 from typing import Iterator, Tuple
 
 import numpy as np
-from PIL import Image
 
 from ..errors import OptionError
 from ..fields import array, picture
@@ -66,13 +64,7 @@ class DatasetSource(Source):
 
 def _encoded(stored, store: str) -> bytes:
     """Encoded records as they are; stored pixels as a PNG (lossless)."""
-    return bytes(stored) if store == "encoded" else _png(np.asarray(stored))
-
-
-def _png(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "PNG", compress_level=1)
-    return buf.getvalue()
+    return bytes(stored) if store == "encoded" else picture.encode_png(np.asarray(stored))
 
 
 def kept_store(src, options: dict) -> dict:
@@ -159,7 +151,7 @@ def _value(f, data, ds):
         if ds.store == "encoded":
             return bytes(data)
         shape = ds.stored_shape if f.type == "image" else ds.stored_shape[:2]
-        return _png(np.frombuffer(data, np.uint8).reshape(shape)) if f.type == "image" else \
+        return picture.encode_png(np.frombuffer(data, np.uint8).reshape(shape)) if f.type == "image" else \
             picture.encode_mask(np.frombuffer(data, np.uint8).reshape(shape))
     if f.type in ("ndarray", "boxes"):
         return array.decode(f, data).copy()

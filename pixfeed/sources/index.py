@@ -28,7 +28,7 @@ from ..fields import Field, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import parse
 from .folder import Source
 from ..storage import Store, is_url, local_path
-from .infer import index_classes, infer
+from .infer import class_index, index_classes, infer
 from .tables import read_table
 
 IMAGE_COLUMNS = ("image", "path", "file", "filename")
@@ -171,11 +171,9 @@ def _labels(name: str, rows: List[str], columns, column: Optional[str]) -> tuple
 
 def _class_id(cell) -> Optional[int]:
     """A class column's cell as a class index (an int >= 0, or its digits in a CSV), else None."""
-    if isinstance(cell, (int, np.integer)) and not isinstance(cell, bool) and cell >= 0:
-        return int(cell)
-    if isinstance(cell, str) and cell.strip().isdigit() and cell.strip().isascii():
-        return int(cell)
-    return None
+    if isinstance(cell, str):
+        return int(cell) if cell.strip().isdigit() and cell.strip().isascii() else None
+    return class_index(cell)
 
 
 def _size(path: Path) -> int:

@@ -50,6 +50,13 @@ def infer(name: str, cells: list, is_text: bool, where: Optional[Sequence[str]] 
     return Field(name, "json")
 
 
+def class_index(value) -> Optional[int]:
+    """``value`` as a class index: an int >= 0 (NumPy's too, not a bool), else None."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    return None
+
+
 def index_classes(ids) -> Optional[list]:
     """The class names of labels that are class indices already (``.cls`` members, an index's integer
     class column, ``pack_samples``' int labels): "0", "1", ... up to the largest, while they stay dense

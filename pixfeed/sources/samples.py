@@ -21,7 +21,6 @@ file or WebDataset shards and pack those.
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -31,9 +30,9 @@ from PIL import Image
 from ..errors import OptionError, SourceError
 from ..fields import Field, parse_type
 from ..fields.codec import parse
-from ..fields.picture import encode_mask
+from ..fields.picture import encode_mask, encode_png
 from .folder import Source
-from .infer import index_classes, infer
+from .infer import class_index, index_classes, infer
 
 RESERVED = ("image", "label", "key")
 
@@ -87,16 +86,9 @@ def _portable(sample) -> dict:
 
 def _picture(value):
     """A uint8 array (HxW, HxWx3, HxWx4) or a PIL image as lossless PNG bytes; anything else as it is."""
-    if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim in (2, 3):
-        return _png(value)
-    if isinstance(value, Image.Image):
-        buf = io.BytesIO()
-        try:
-            value.save(buf, "PNG", compress_level=1)
-        except OSError:  # a mode PNG cannot hold (CMYK, YCbCr, F): as RGB, by the decode rules
-            buf = io.BytesIO()
-            value.convert("RGB").save(buf, "PNG", compress_level=1)
-        return buf.getvalue()
+    if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim in (2, 3) or \
+            isinstance(value, Image.Image):
+        return encode_png(value)
     return value
 
 
@@ -125,12 +117,6 @@ def scan_samples(samples: Iterable[dict], names: Optional[List[str]] = None, sch
     return src
 
 
-def _png(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(arr)).save(buf, "PNG", compress_level=1)
-    return buf.getvalue()
-
-
 def _image_bytes(value, where: str) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
@@ -156,15 +142,16 @@ def _labels(values: list, names: List[str]) -> tuple:
         classes = sorted(set(values))
         number = {c: k for k, c in enumerate(classes)}
         return np.array([number[v] for v in values], np.int64), classes
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in values):
-        return np.array(values, np.int64), index_classes(values)
-    is_index = [isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values]
-    text, index = (next((n for n, v in enumerate(values) if test(n, v)), None)
-                   for test in (lambda n, v: isinstance(v, str), lambda n, v: is_index[n]))
+    ids = [class_index(v) for v in values]
+    if all(i is not None for i in ids):
+        return np.array(ids, np.int64), index_classes(ids)
+    text = next((n for n, v in enumerate(values) if isinstance(v, str)), None)
+    index = next((n for n, v in enumerate(values) if isinstance(v, (int, np.integer)) and not isinstance(v, bool)),
+                 None)
     if text is not None and index is not None:
         raise SourceError(f"{names[text]}: label {values[text]!r} is a class name and {names[index]}'s "
                           f"{values[index]!r} a class index; give every sample a name, or every one an index")
-    bad = next(n for n, v in enumerate(values) if not isinstance(v, str) and not (is_index[n] and v >= 0))
+    bad = next(n for n, v in enumerate(values) if not isinstance(v, str) and ids[n] is None)
     raise SourceError(f"{names[bad]}: label {values[bad]!r} is neither a class index (int >= 0) nor a class name")
 
 
@@ -193,7 +180,7 @@ def _value(f: Field, value, where: str):
     if f.type == "mask" and isinstance(value, np.ndarray):
         return encode_mask(value)
     if f.type == "image" and isinstance(value, np.ndarray):
-        return _png(value)
+        return encode_png(value)
     if f.type in ("mask", "image") and isinstance(value, Path):
         value = str(value)
     return parse(f, _listed(value) if f.type not in ("ndarray", "boxes") else value, where)
