@@ -47,6 +47,7 @@ from pixfeed.loaders.progress import POLL, RecordedSampler, SplitSampler
 from pixfeed.loaders.seeding import WorkerSeeder, seeded
 from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
+from pixfeed.loaders.threads import capped
 from pixfeed.loaders.watchdog import watched
 from pixfeed.world import Distributed, World
 
@@ -99,6 +100,7 @@ class PixfeedLoader(DataLoader):
         self.epoch += 1
         batches = watched(self, super().__iter__)
         batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+        batches = capped(batches, self.pixfeed_plan.training_threads)
         return self.pixfeed_progress.track(batches, self.epoch - 1, point)
 
     def _use_world(self) -> World:
@@ -137,6 +139,7 @@ def make_loader(
     order: str = "random",
     io_ahead: Auto = "auto",
     decode_threads: Auto = "auto",
+    training_threads: Auto = "auto",
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
@@ -147,7 +150,8 @@ def make_loader(
     consecutive records instead, for datasets larger than memory; ``io_ahead`` is the bytes of
     records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
     decodes each batch's images on that many threads where they are read (by default all usable
-    CPUs when there are no workers).
+    CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
+    batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.
 
     ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
     if num_workers == "tune":
@@ -155,7 +159,8 @@ def make_loader(
         return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
                             persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
                             read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout,
-                            order=order, io_ahead=io_ahead, decode_threads=decode_threads)
+                            order=order, io_ahead=io_ahead, decode_threads=decode_threads,
+                            training_threads=training_threads)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
@@ -164,7 +169,7 @@ def make_loader(
     extents = _record_extents(dataset)
     hinted = None if io_ahead in (0, False) else extents  # the records read-ahead may request
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
-                       persistent_workers, prefetch_factor, read_ahead, decode_threads)
+                       persistent_workers, prefetch_factor, read_ahead, decode_threads, training_threads)
     plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
     cacheplan.plan_memory(plan, dataset, hinted, io_ahead, order, shuffle, batch_size)
     epochplan.prepare(plan, dataset, extents)
@@ -204,7 +209,7 @@ def _check_batchable(dataset: Any, batch_size: int) -> None:
 
 def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, num_workers: Auto,
                 pin_memory: Auto, persistent_workers: Auto, prefetch_factor: Auto, read_ahead: Auto,
-                decode_threads: Auto = "auto") -> LoaderPlan:
+                decode_threads: Auto = "auto", training_threads: Auto = "auto") -> LoaderPlan:
     reasons: Dict[str, str] = {}
 
     def take(name: str, choice: rules.Choice) -> Any:
@@ -236,6 +241,7 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
         path=path,
         num_workers=workers,
         decode_threads=threads,
+        training_threads=take("training_threads", rules.choose_training_threads(training_threads, workers, cpus)),
         read_ahead=take("read_ahead", rules.choose_read_ahead(read_ahead, workers, torch.cuda.is_available())),
         pin_memory=take("pin_memory", rules.choose_pin_memory(pin_memory)),
         persistent_workers=take("persistent_workers", rules.choose_persistent(persistent_workers, workers, dataset)),

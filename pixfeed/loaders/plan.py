@@ -18,6 +18,11 @@
   the training process (``pixfeed.decodepool``: the decoders and torch's resize
   release the GIL; 500 ImageNet JPEGs at 224 on 2 CPUs: 1.75x one thread, level
   with 2 workers); 1 in each worker.
+* ``training_threads``: with workers, torch's intra-op threads in the training
+  process are capped while batches are read at the CPUs the workers leave
+  (``threads.py``: its OpenMP threads spin-wait on CPUs the workers decode on),
+  at least 1; left alone where torch already uses no more, or with
+  ``training_threads=None``.
 * ``read_ahead``: off unless asked for.  ``read_ahead=True`` reads the next
   batch in a thread, which pays when every step blocks (a loop that calls
   ``loss.item()``, or a CPU step that releases the GIL: ``loader_paths.py
@@ -83,6 +88,7 @@ class LoaderPlan:
     cpus: int
     batch_bytes: Optional[int]
     decode_threads: int = 1
+    training_threads: Optional[int] = None  # torch's threads in the training process while batches are read
     stall_timeout: float = 0.0
     storage: str = "unknown"
     io_ahead: int = 0
@@ -98,9 +104,9 @@ class LoaderPlan:
     reasons: Dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        names = ("path", "num_workers", "decode_threads", "read_ahead", "pin_memory", "persistent_workers",
-                 "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead", "order",
-                 "hints", "reader_thread", "seeding")
+        names = ("path", "num_workers", "decode_threads", "training_threads", "read_ahead", "pin_memory",
+                 "persistent_workers", "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead",
+                 "order", "hints", "reader_thread", "seeding")
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]
         head = f"pixfeed loader plan (rank {self.world.rank} of {self.world.size}, {self.cpus} usable CPUs):"
         return "\n".join([head, *rows])
@@ -162,6 +168,21 @@ def choose_decode_threads(requested: Auto, dataset: Any, path: str, workers: int
         return 1, "1 usable CPU"
     return cpus, (f"no workers: each batch's images decode on {cpus} threads in this process (the decoders and "
                   "the resize release the GIL; no shared-memory copies)")
+
+
+def choose_training_threads(requested: Auto, workers: int, cpus: int) -> Choice:
+    if requested is None:
+        return None, "left as it is (training_threads=None)"
+    if requested != "auto":
+        return require_int("training_threads", requested, 1, auto=True), CALLER
+    current = torch.get_num_threads()
+    if not workers:
+        return None, f"no workers: torch keeps its {current} thread{'s' * (current != 1)}"
+    spare = max(1, cpus - workers)
+    if current <= spare:
+        return None, f"torch already uses {current} thread{'s' * (current != 1)}, within the CPUs the workers leave"
+    return spare, (f"{current} -> {spare} while batches are read: {workers} workers decode on the {cpus} usable "
+                   "CPUs, where torch's idle threads would spin-wait (threads.py)")
 
 
 def choose_stall_timeout(requested: Any) -> Choice:
