@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from torch.utils.data import DistributedSampler, IterableDataset, Sampler
 

@@ -32,7 +32,6 @@ import json
 import os
 import re
 import tarfile
-from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
