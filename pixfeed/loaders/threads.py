@@ -15,10 +15,12 @@ last epoch being read ends (exhausted, failed, or dropped).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator, Optional
 
 import torch
 
+_lock = threading.RLock()  # re-entrant: a dropped epoch may be collected while this thread holds it
 _capped = {"epochs": 0, "before": 1}
 
 
@@ -27,10 +29,11 @@ class Capped(Iterator[Any]):
 
     def __init__(self, batches: Iterator[Any], threads: int) -> None:
         self.batches, self.open = batches, True
-        if _capped["epochs"] == 0:
-            _capped["before"] = torch.get_num_threads()
-        _capped["epochs"] += 1
-        torch.set_num_threads(min(threads, _capped["before"]))
+        with _lock:
+            if _capped["epochs"] == 0:
+                _capped["before"] = torch.get_num_threads()
+            _capped["epochs"] += 1
+            torch.set_num_threads(min(threads, _capped["before"]))
 
     def __next__(self) -> Any:
         try:
@@ -44,14 +47,18 @@ class Capped(Iterator[Any]):
 
     def close(self) -> None:
         """End this epoch's cap; the last one open puts back the setting found when the first began."""
-        if self.open:
-            self.open = False
-            _capped["epochs"] -= 1
-            if _capped["epochs"] == 0:
-                torch.set_num_threads(_capped["before"])
+        with _lock:
+            if self.open:
+                self.open = False
+                _capped["epochs"] -= 1
+                if _capped["epochs"] == 0:
+                    torch.set_num_threads(_capped["before"])
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit torch may be gone: nothing left to give back
+            pass
 
 
 def capped(batches: Iterator[Any], threads: Optional[int]) -> Iterator[Any]:
