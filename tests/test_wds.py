@@ -439,3 +439,10 @@ def test_local_shards_group_as_webdataset_groups_them(tmp_path):
     assert lazy[0] == {"__key__": "a/000"} and lazy[2] == {"__key__": "000"}
     offset, size = lazy[1]["jpg"]
     assert path.read_bytes()[offset:offset + size] == want[1]["jpg"] and lazy[1]["c.d.txt"] == want[1]["c.d.txt"]
+
+
+def test_indexing_a_stream_says_how_to_get_random_access(image_tree, tmp_path):
+    pack(image_tree, tmp_path / "w", "wds", store="encoded")
+    ds = open_dataset(tmp_path / "w")
+    with pytest.raises(TypeError, match=r"read as a stream .* pixfeed pack .* NEW --format mmap"):
+        ds[0]

@@ -112,6 +112,11 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
         self._resume = None
 
+    def __getitem__(self, index):
+        raise TypeError(f"{self.path}: a wds dataset is read as a stream of its shards (an IterableDataset), not "
+                        f"by index: iterate it (or make_loader it), or repack it for random access: "
+                        f"pixfeed pack {self.path} NEW --format mmap")
+
     def __len__(self) -> int:
         """Samples this rank yields per epoch."""
         return self.manifest["count"] // self.world_size
