@@ -158,3 +158,24 @@ def test_a_repack_looks_no_key_up_unless_it_reports_an_error(tree, tmp_path, mon
     monkeypatch.undo()
     got = everything(tmp_path / "new")
     assert got.keys() == want.keys() and all(same(got[k], want[k]) for k in want)
+
+
+def test_a_wds_source_walked_on_workers_keeps_record_order(tree, tmp_path):
+    """The shards' headers are walked a shard per job on the local workers; the repack is the same
+    as one walked in a single process, record for record, and damage found there is named."""
+    pixfeed.pack(tree, tmp_path / "old", "wds", store="encoded", index=str(tree / "index.csv"), shard_size=1,
+                 workers=1, **FIELD_OPTS)
+    assert len(pixfeed.read_manifest(tmp_path / "old")["shards"]) >= 4
+    one = pixfeed.pack(tmp_path / "old", tmp_path / "one", "mmap", workers=1)
+    two = pixfeed.pack(tmp_path / "old", tmp_path / "two", "mmap", workers=2)
+    assert one["files"] == two["files"]
+    a, b = (pixfeed.open_dataset(tmp_path / name, fields=None) for name in ("one", "two"))
+    assert [a.key(i) for i in range(len(a))] == [b.key(i) for i in range(len(b))]
+    shard = sorted((tmp_path / "old").glob("*.tar"))[2]
+    tar = bytearray(shard.read_bytes())
+    meta = tar.index(b'"xxh3_64"')  # inside the shard's first .json member
+    tar[meta + 12] ^= 0x01
+    shard.write_bytes(bytes(tar))
+    with pytest.raises(pixfeed.errors.PixfeedError, match=shard.name):
+        pixfeed.pack(tmp_path / "old", tmp_path / "bad", "mmap", workers=2)
+    assert not (tmp_path / "bad").exists()

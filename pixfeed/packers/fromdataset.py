@@ -24,6 +24,7 @@ from ..fields.codec import decode
 from ..manifest import MANIFEST_NAME, read_manifest
 from ..sources import Source
 from ..storage import is_url, local_path
+from .executors import LocalExecutor
 from .options import STORE_ONLY
 from .records import Verified
 
@@ -80,7 +81,9 @@ def kept_store(src, options: dict) -> dict:
     return {**options, **kept}
 
 
-def scan_dataset(src, dst) -> DatasetSource:
+def scan_dataset(src, dst, executor=None) -> DatasetSource:
+    """The source of a repack of ``src``; a wds dataset's shards are walked on ``executor``'s local
+    workers, a shard per job (``_wds_labels_values``)."""
     from ..datasets import open_dataset
 
     root = local_path(src)
@@ -91,7 +94,7 @@ def scan_dataset(src, dst) -> DatasetSource:
     keys = ds.keys()
     places = None
     if ds.format == "wds":
-        labels, values, places = _wds_labels_values(ds, names)
+        labels, values, places = _wds_labels_values(ds, names, executor)
         sizes = places[:, 2].astype(np.int64)
     else:
         (labels, values), sizes = _labels_values(ds, names, n), _sizes(ds, n)
@@ -124,15 +127,23 @@ def _labels_values(ds, names, n: int) -> tuple:
     return np.concatenate(labels) if n else np.zeros(0, np.int64), _values(ds, names, raws)
 
 
-def _wds_labels_values(ds, names) -> tuple:
+def _wds_labels_values(ds, names, executor=None) -> tuple:
     """The same from a wds dataset, and where each image member lies (N x (shard, offset, size,
-    xxh3_64), for ``read_places``): one walk of its shards' headers, the images left to the tasks."""
-    labels, raws, places = [], [], []
-    for _, place, label, raw in ds.read_range(0, ds.manifest["count"], fields=True, images=False):
-        labels.append(label)
-        raws.append(raw)
-        places.append(place)
-    return np.asarray(labels, np.int64), _values(ds, names, raws), np.array(places, np.uint64).reshape(-1, 4)
+    xxh3_64), for ``read_places``): one walk of its shards' headers, the images left to the tasks.
+    The shards are walked a shard per job on the workers of a local executor (10,000 samples: 0.6 s
+    of headers and metadata in one process)."""
+    starts = np.cumsum([0] + [shard["count"] for shard in ds.shards]).tolist()
+
+    def walk(shard: int) -> tuple:
+        read = ds.read_range(starts[shard], starts[shard + 1], fields=True, images=False)
+        return shard, [(place, label, {name: bytes(raw[name]) for name in names}) for _, place, label, raw in read]
+
+    shards = list(range(len(ds.shards)))
+    walked = dict(executor.map(walk, shards) if isinstance(executor, LocalExecutor) else map(walk, shards))
+    rows = [row for shard in shards for row in walked[shard]]
+    places = np.array([place for place, _, _ in rows], np.uint64).reshape(-1, 4)
+    labels = np.asarray([label for _, label, _ in rows], np.int64)
+    return labels, _values(ds, names, (raw for _, _, raw in rows)), places
 
 
 def _values(ds, names, raws) -> dict:

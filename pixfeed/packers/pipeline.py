@@ -85,7 +85,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     if isinstance(src, Source):  # samples already gathered (pack_samples)
         source = src
     else:
-        source = scan_dataset(src, dst) if is_dataset(src) else scan_source(src, opts, storage_options)
+        source = scan_dataset(src, dst, executor) if is_dataset(src) else scan_source(src, opts, storage_options)
     if opts.per_box:
         source.per_box = per_box_fields(source.schema, opts.per_box)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
