@@ -8,9 +8,9 @@ go to the new pack as the bytes they are; stored pixels (and pixels-mode masks
 and second images) as lossless PNGs, so a repack to pixels resizes what OLD
 stored.  Images are read in the pack's tasks, a task's slice at a time; the
 fields are read once, by the driver.  The manifest's ``source`` names OLD.
-A WebDataset dataset is read by place: the driver walks its shards' headers
-once for labels, fields and where each image member lies, and each task reads
-its own images there.  Repacking a dataset onto itself is refused.
+A WebDataset dataset is read by place: its shards' headers are walked once (a
+shard per job on the local executor's workers) for labels, fields and where
+each image member lies, and each task reads its own images there.  Repacking a dataset onto itself is refused.
 """
 from __future__ import annotations
 
