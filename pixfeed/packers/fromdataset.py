@@ -10,7 +10,8 @@ stored.  Images are read in the pack's tasks, a task's slice at a time; the
 fields are read once, by the driver.  The manifest's ``source`` names OLD.
 A WebDataset dataset is read by place: its shards' headers are walked once (a
 shard per job on the local executor's workers) for labels, fields and where
-each image member lies, and each task reads its own images there.  Repacking a dataset onto itself is refused.
+each image member lies, and each task reads its own images there.  Repacking a
+dataset onto itself is refused.
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def kept_store(src, options: dict) -> dict:
     return {**options, **kept}
 
 
-def scan_dataset(src, dst, executor=None) -> DatasetSource:
+def scan_dataset(src, dst, executor) -> DatasetSource:
     """The source of a repack of ``src``; a wds dataset's shards are walked on ``executor``'s local
     workers, a shard per job (``_wds_labels_values``)."""
     from ..datasets import open_dataset
@@ -127,7 +128,7 @@ def _labels_values(ds, names, n: int) -> tuple:
     return np.concatenate(labels) if n else np.zeros(0, np.int64), _values(ds, names, raws)
 
 
-def _wds_labels_values(ds, names, executor=None) -> tuple:
+def _wds_labels_values(ds, names, executor) -> tuple:
     """The same from a wds dataset, and where each image member lies (N x (shard, offset, size,
     xxh3_64), for ``read_places``): one walk of its shards' headers, the images left to the tasks.
     The shards are walked a shard per job on the workers of a local executor (10,000 samples: 0.6 s
