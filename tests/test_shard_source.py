@@ -203,3 +203,18 @@ def _folder(tmp_path: Path) -> Path:
     root.mkdir(parents=True)
     (root / "a.jpg").write_bytes(jpeg(3))
     return root.parent
+
+
+def test_shards_walked_on_workers_give_the_pack_of_one_walk(tmp_path):
+    """Each shard's headers are walked as a job of the pack's local workers: the samples, their order
+    and the notes of skipped samples are those of one walk in the driver."""
+    for s in range(4):
+        img2dataset_shard(tmp_path / "src" / f"{s}.tar", count=3, start=3 * s)
+    with tarfile.open(tmp_path / "src" / "2.tar", "a") as tar:
+        add(tar, "00000/lonely.txt", b"a sample without an image")
+    one = pack(tmp_path / "src", tmp_path / "one", "mmap", store="encoded", on_error="skip", workers=1)
+    two = pack(tmp_path / "src", tmp_path / "two", "mmap", store="encoded", on_error="skip", workers=2)
+    assert one["files"] == two["files"] and one["count"] == two["count"] == 12
+    assert [n for n in two["notes"] if "lonely" in n] == [n for n in one["notes"] if "lonely" in n] != []
+    a, b = open_dataset(tmp_path / "one"), open_dataset(tmp_path / "two")
+    assert [a.key(i) for i in range(len(a))] == [b.key(i) for i in range(len(b))]

@@ -35,7 +35,7 @@ from ..sources import Source, scan_source
 from ..sources.samples import from_inputs, function_name, scan_samples
 from ..storage import is_url, local_path
 from . import interrupt
-from .executors import make_executor, run_tasks
+from .executors import LocalExecutor, make_executor, run_tasks
 from .fieldparts import FieldParts
 from .fromdataset import is_dataset, kept_store, scan_dataset
 from .options import PackOptions
@@ -85,7 +85,8 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     if isinstance(src, Source):  # samples already gathered (pack_samples)
         source = src
     else:
-        source = scan_dataset(src, dst, executor) if is_dataset(src) else scan_source(src, opts, storage_options)
+        walk = executor.map if isinstance(executor, LocalExecutor) else map  # shards walked on the local workers
+        source = scan_dataset(src, dst, walk) if is_dataset(src) else scan_source(src, opts, storage_options, walk)
     if opts.per_box:
         source.per_box = per_box_fields(source.schema, opts.per_box)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)

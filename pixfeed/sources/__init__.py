@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import OptionError
 from ..storage import Store, is_url
@@ -17,13 +17,14 @@ from .index import scan_index
 from .shards import is_shards, scan_shards
 
 
-def scan_source(src, opts, storage_options: Optional[dict] = None) -> Source:
-    """The source a pack with ``opts`` (``pixfeed.packers.options.PackOptions``) reads."""
+def scan_source(src, opts, storage_options: Optional[dict] = None, map_fn: Callable = map) -> Source:
+    """The source a pack with ``opts`` (``pixfeed.packers.options.PackOptions``) reads; ``map_fn`` walks
+    WebDataset shards, a shard per job (``shards.scan_shards``)."""
     if opts.index is not None:
         return scan_index(opts.index, src, image_column=opts.image_column, fields=opts.field,
                           class_column=opts.class_column, per_box=opts.per_box, storage_options=storage_options)
     if is_shards(src) or (is_url(src) and _only_shards(src, storage_options)):
-        return scan_shards(src, opts.image_ext, opts.on_error, storage_options, fields=opts.field)
+        return scan_shards(src, opts.image_ext, opts.on_error, storage_options, fields=opts.field, map_fn=map_fn)
     for option in ("image_ext", "field", "per_box"):
         if getattr(opts, option):
             raise OptionError(f"--{option.replace('_', '-')} applies to an index file or WebDataset shards as the "

@@ -32,7 +32,7 @@ import json
 import os
 import re
 import tarfile
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -157,32 +157,46 @@ class ShardSource(Source):
 
 
 def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
-                storage_options: Optional[dict] = None, fields: Sequence[str] = ()) -> ShardSource:
+                storage_options: Optional[dict] = None, fields: Sequence[str] = (),
+                map_fn: Callable = map) -> ShardSource:
+    """The samples of the shards at ``src``, each shard's headers walked once, a shard per
+    ``map_fn`` job (a pack's local workers: ``Executor.map``; a bucket's shards are fetched there too)."""
     store = Store(str(src).rstrip("/") if not BRACE.search(str(src)) and not str(src).endswith(".tar")
                   else str(src).rpartition("/")[0], storage_options) if is_url(src) else None
     root, names = shard_names(src, store)
     if image_ext is not None and image_ext.lower().lstrip(".") not in IMAGE_EXTS:
         raise OptionError(f"--image-ext {image_ext!r}: expected one of {', '.join(IMAGE_EXTS)}")
-    samples, notes = [], []
-    for s, name in enumerate(names):
-        where = f"{root}/{name}" if store is not None else str(root / name)
-        data = store.read(name) if store is not None else None
-        try:
-            for key, members in _samples(root, name, data):
-                try:
-                    samples.append((s, key, _sample(where, key, members, image_ext)))
-                except SourceError as e:
-                    if on_error == "fail":
-                        raise
-                    notes.append(f"skipped: {e}")
-        except (tarfile.TarError, EOFError, OSError) as e:
-            error = SourceError(f"{where}: not a readable tar shard, or it ends early ({type(e).__name__}: {e})")
-            if on_error == "fail":
-                raise error from None
-            notes.append(f"skipped the rest of the shard: {error}")
+
+    def walk(s: int) -> tuple:
+        return s, _walk(root, names[s], store, image_ext, on_error)
+
+    walked = dict(map_fn(walk, list(range(len(names)))))
+    samples = [(s, key, sample) for s in range(len(names)) for key, sample in walked[s][0]]
+    notes = [note for s in range(len(names)) for note in walked[s][1]]
     if not samples:
         raise SourceError(f"{src}: no sample with an image in {len(names)} shard(s)")
     return _source(src, root, names, store, samples, notes, fields)
+
+
+def _walk(root, name: str, store: Optional[Store], image_ext: Optional[str], on_error: str) -> tuple:
+    """([(key, sample)], notes) of one shard; a bad sample or shard raises, or is noted under
+    ``on_error="skip"``."""
+    where = f"{root}/{name}" if store is not None else str(root / name)
+    samples, notes = [], []
+    try:
+        for key, members in _samples(root, name, store.read(name) if store is not None else None):
+            try:
+                samples.append((key, _sample(where, key, members, image_ext)))
+            except SourceError as e:
+                if on_error == "fail":
+                    raise
+                notes.append(f"skipped: {e}")
+    except (tarfile.TarError, EOFError, OSError) as e:
+        error = SourceError(f"{where}: not a readable tar shard, or it ends early ({type(e).__name__}: {e})")
+        if on_error == "fail":
+            raise error from None
+        notes.append(f"skipped the rest of the shard: {error}")
+    return samples, notes
 
 
 def _samples(root, name: str, data: Optional[bytes]) -> Iterator[Tuple[str, Dict[str, Tuple[int, int, bytes]]]]:
