@@ -69,3 +69,11 @@ def test_nested_epochs_give_back_the_setting_found_before_the_first(encoded, tor
     assert set(inner) == {1} and torch.get_num_threads() == 1  # the outer epoch is still being read
     del outer
     assert torch.get_num_threads() == torch_threads
+
+
+def test_torch_without_openmp_is_left_alone(encoded, torch_threads, monkeypatch):
+    """Only OpenMP's idle threads spin; torch's native pool blocks, and capping it would only warn."""
+    monkeypatch.setattr(loader_module, "available_cpus", lambda: 2)
+    monkeypatch.setattr(torch.__config__, "parallel_info", lambda: "ATen parallel backend: native thread pool")
+    plan = make_loader(encoded, 4, num_workers=2).pixfeed_plan
+    assert plan.training_threads is None and "not OpenMP" in plan.reasons["training_threads"]

@@ -21,7 +21,8 @@
 * ``training_threads``: with workers, torch's intra-op threads in the training
   process are capped while batches are read at the CPUs the workers leave
   (``threads.py``: its OpenMP threads spin-wait on CPUs the workers decode on),
-  at least 1; left alone where torch already uses no more, or with
+  at least 1; left alone where torch already uses no more, where its pool is
+  not OpenMP's (the native pool's idle threads block), or with
   ``training_threads=None``.
 * ``read_ahead``: off unless asked for.  ``read_ahead=True`` reads the next
   batch in a thread, which pays when every step blocks (a loop that calls
@@ -178,6 +179,8 @@ def choose_training_threads(requested: Auto, workers: int, cpus: int) -> Choice:
     current = torch.get_num_threads()
     if not workers:
         return None, f"no workers: torch keeps its {current} thread{'s' * (current != 1)}"
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None, "torch's own thread pool (not OpenMP): its idle threads wait without spinning"
     spare = max(1, cpus - workers)
     if current <= spare:
         return None, f"torch already uses {current} thread{'s' * (current != 1)}, within the CPUs the workers leave"
