@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import numpy as np
 
@@ -101,9 +101,15 @@ class Executor:
         """Yield each task's result as it finishes; stop the others when closed early."""
         raise NotImplementedError
 
-    def map(self, fn: Callable, items: List) -> Iterator:
-        """``fn(item)`` for every item, yielded as each finishes (``pack_samples``' function over its
-        inputs); inside ``with executor:``."""
+    def map(self, fn: Callable, items: Sequence) -> List:
+        """``fn(item)`` for every item, in the items' order as ``map`` gives them, run as the executor runs
+        tasks (``pack_samples``' function over its inputs, the walks of a pack's shards); inside
+        ``with executor:``.  The first item that raises stops the others."""
+        done = dict(self._as_done(lambda job: (job[0], fn(job[1])), list(enumerate(items))))
+        return [done[n] for n in range(len(done))]
+
+    def _as_done(self, fn: Callable, items: List) -> Iterator:
+        """``fn(item)`` for every item, yielded as each finishes."""
         raise NotImplementedError
 
 
@@ -133,7 +139,7 @@ class LocalExecutor(Executor):
         yield from forkpool.imap_unordered(lambda job: run_task(writer, *job), jobs, workers,
                                            init=lambda: _init_worker(parent))
 
-    def map(self, fn: Callable, items: List) -> Iterator:
+    def _as_done(self, fn: Callable, items: List) -> Iterator:
         workers = min(self.slots, len(items))
         if workers <= 1:
             yield from map(fn, items)

@@ -134,13 +134,11 @@ def _wds_labels_values(ds, names, map_fn: Callable) -> tuple:
     in one process)."""
     starts = np.cumsum([0] + [shard["count"] for shard in ds.shards]).tolist()
 
-    def walk(shard: int) -> tuple:
+    def walk(shard: int) -> list:
         read = ds.read_range(starts[shard], starts[shard + 1], fields=True, images=False)
-        return shard, [(place, label, {name: bytes(raw[name]) for name in names}) for _, place, label, raw in read]
+        return [(place, label, {name: bytes(raw[name]) for name in names}) for _, place, label, raw in read]
 
-    shards = list(range(len(ds.shards)))
-    walked = dict(map_fn(walk, shards))
-    rows = [row for shard in shards for row in walked[shard]]
+    rows = [row for walked in map_fn(walk, range(len(ds.shards))) for row in walked]
     places = np.array([place for place, _, _ in rows], np.uint64).reshape(-1, 4)
     labels = np.asarray([label for _, label, _ in rows], np.int64)
     return labels, _values(ds, names, (raw for _, _, raw in rows)), places

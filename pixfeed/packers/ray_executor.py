@@ -121,7 +121,7 @@ class RayExecutor(Executor):
         yield from _as_done([remote.remote(holder, task, indices) for task, indices in enumerate(tasks)])
 
 
-    def map(self, fn: Callable, items: List) -> Iterator:
+    def _as_done(self, fn: Callable, items: List) -> Iterator:
         remote = ray.remote(num_cpus=self.task_cpus, max_retries=MAX_RETRIES)(fn)  # fn goes by cloudpickle
         yield from _as_done([remote.remote(item) for item in items])
 

@@ -49,8 +49,7 @@ def from_inputs(fn: Callable, inputs: Sequence, executor, on_error: str) -> tupl
     """(samples, their names, notes): ``fn`` run over ``inputs`` on ``executor`` (``Executor.map``:
     forked processes, threads or Ray tasks), inside ``with executor:``."""
     items = list(enumerate(inputs))
-    done = dict(executor.map(lambda item: (item[0], _run(fn, item)), items))
-    results = [done[n] for n, _ in items]
+    results = executor.map(lambda item: _run(fn, item), items)
     samples, names, notes = [], [], []
     for (n, value), (made, error) in zip(items, results):
         if error is not None:

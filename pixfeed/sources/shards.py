@@ -159,20 +159,17 @@ class ShardSource(Source):
 def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
                 storage_options: Optional[dict] = None, fields: Sequence[str] = (),
                 map_fn: Callable = map) -> ShardSource:
-    """The samples of the shards at ``src``, each shard's headers walked once, a shard per
-    ``map_fn`` job (a pack's local workers: ``Executor.map``; a bucket's shards are fetched there too)."""
+    """The samples of the shards at ``src``, each shard's headers walked once, a shard per ``map_fn``
+    job (``map``, or a pack's local workers: ``Executor.map``; a bucket's shards are fetched there too)."""
     store = Store(str(src).rstrip("/") if not BRACE.search(str(src)) and not str(src).endswith(".tar")
                   else str(src).rpartition("/")[0], storage_options) if is_url(src) else None
     root, names = shard_names(src, store)
     if image_ext is not None and image_ext.lower().lstrip(".") not in IMAGE_EXTS:
         raise OptionError(f"--image-ext {image_ext!r}: expected one of {', '.join(IMAGE_EXTS)}")
 
-    def walk(s: int) -> tuple:
-        return s, _walk(root, names[s], store, image_ext, on_error)
-
-    walked = dict(map_fn(walk, list(range(len(names)))))
-    samples = [(s, key, sample) for s in range(len(names)) for key, sample in walked[s][0]]
-    notes = [note for s in range(len(names)) for note in walked[s][1]]
+    walked = list(map_fn(lambda name: _walk(root, name, store, image_ext, on_error), names))
+    samples = [(s, key, sample) for s, (found, _) in enumerate(walked) for key, sample in found]
+    notes = [note for _, noted in walked for note in noted]
     if not samples:
         raise SourceError(f"{src}: no sample with an image in {len(names)} shard(s)")
     return _source(src, root, names, store, samples, notes, fields)
