@@ -64,6 +64,7 @@ from torch.utils.data import IterableDataset
 from pixfeed.datasets.protocol import epoch_needs_fresh_workers, reads_in_process
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.batch import supports_batches
+from pixfeed.words import plural
 from pixfeed.world import World
 
 Auto = Union[str, int, bool, None]
@@ -178,12 +179,12 @@ def choose_training_threads(requested: Auto, workers: int, cpus: int) -> Choice:
         return require_int("training_threads", requested, 1, auto=True), CALLER
     current = torch.get_num_threads()
     if not workers:
-        return None, f"no workers: torch keeps its {current} thread{'s' * (current != 1)}"
+        return None, f"no workers: torch keeps its {plural(current, 'thread')}"
     if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
         return None, "torch's own thread pool (not OpenMP): its idle threads wait without spinning"
     spare = max(1, cpus - workers)
     if current <= spare:
-        return None, f"torch already uses {current} thread{'s' * (current != 1)}, within the CPUs the workers leave"
+        return None, f"torch already uses {plural(current, 'thread')}, within the CPUs the workers leave"
     return spare, (f"{current} -> {spare} while batches are read: {workers} workers decode on the {cpus} usable "
                    "CPUs, where torch's idle threads would spin-wait (threads.py)")
 
