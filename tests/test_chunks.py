@@ -69,7 +69,9 @@ def remote(url, options, tmp_path, **kw):
 
 
 class Sizes(threading.Thread):
-    """The largest size of the chunk folder seen while running (sampled every few ms)."""
+    """The largest size of the chunk folder seen while running (sampled every few ms).  A chunk and its
+    reservation (``.FILE.K.PID.TID``, renamed to ``FILE.K`` once verified) are the same bytes: a listing
+    that races the rename and sees both counts them once."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__(daemon=True)
@@ -81,7 +83,11 @@ class Sizes(threading.Thread):
             time.sleep(0.003)
 
     def sample(self) -> None:
-        self.most = max(self.most, sum(chunkio.held(self.folder).values()))
+        chunks: dict = {}  # FILE.K: the larger of chunk K and its reservation
+        for name, size in chunkio.held(self.folder).items():
+            chunk = name[1:].rsplit(".", 2)[0] if name.startswith(".") else name
+            chunks[chunk] = max(chunks.get(chunk, 0), size)
+        self.most = max(self.most, sum(chunks.values()))
 
     def __enter__(self) -> "Sizes":
         self.start()
