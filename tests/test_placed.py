@@ -54,6 +54,15 @@ def test_the_file_is_every_record_in_task_order(tmp_path, case):
         assert hashed is None
 
 
+def test_begin_reserves_the_files_blocks(tmp_path):
+    """Its blocks are allocated before any task writes (a full disk fails there), not a sparse file."""
+    placed = PlacedFile(tmp_path / "data.bin")
+    placed.begin(np.full(8, 64 << 10), [np.arange(4), np.arange(4, 8)])
+    stat = (tmp_path / "data.bin").stat()
+    assert stat.st_size == 8 * (64 << 10) and stat.st_blocks * 512 >= stat.st_size
+    placed.abort()
+
+
 def test_file_hasher_splits_chunks_wherever_the_updates_end(tmp_path):
     rng = np.random.default_rng(2)
     data = rng.integers(0, 256, 10_000, dtype=np.uint8).tobytes()

@@ -123,8 +123,10 @@ def read_part(path: Path, lengths: Sequence[int]) -> Iterator[memoryview]:
 
 
 def allocate(path: Path) -> None:
-    """Reserve a sparse file's blocks now: a full disk then raises ENOSPC here
-    instead of killing the process with SIGBUS when a mapped page is written."""
+    """Reserve a sparse file's blocks now: a full disk then raises ENOSPC here, before any record is
+    written, instead of killing the process with SIGBUS when a mapped page is written; and writes into
+    reserved blocks cost the kernel less (a repack of 1.1 GB into a placed data.bin: 0.50-0.60 s of
+    the workers' system time, against 0.59-0.71 into a sparse file)."""
     if hasattr(os, "posix_fallocate"):
         fd = os.open(path, os.O_RDWR)
         try:

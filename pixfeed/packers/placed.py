@@ -2,7 +2,8 @@
 
 ``begin`` sizes the file from the source's sizes, task by task (exact for
 files stored as they are and for a repack of mmap or wds; upper bounds for a
-repack of LMDB or HDF5; estimates elsewhere).  Each task
+repack of LMDB or HDF5; estimates elsewhere), its blocks reserved
+(``_files.allocate``).  Each task
 writes its records one after another from its region's start, and the
 records that do not fit go to the task's part file (``_files.write_placed``).
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..checksum import FileHasher
 from ..chunkcache import CHUNK_BYTES
-from ._files import copy_range, write_placed
+from ._files import allocate, copy_range, write_placed
 from .records import Record
 from .writer import TaskResult
 
@@ -55,6 +56,7 @@ class PlacedFile:
         self.regions = np.concatenate([[0], np.cumsum([int(sizes[t].sum()) for t in tasks])]).tolist()
         with open(self.path, "wb") as f:
             f.truncate(self.regions[-1])
+        allocate(self.path)
 
     def write(self, task: int, records: Iterable[Record]) -> tuple:
         """(the records' lengths, bytes written in the region) of task ``task`` (in a worker)."""
