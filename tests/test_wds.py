@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import pickle
 import subprocess
 import tarfile
@@ -347,6 +348,12 @@ def test_shards_written_in_pieces_equal_one_tarfile(image_tree, tmp_path, store)
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["keys.json", "keys.offsets.npy", "keys.utf8",
                                                                "pixfeed.json", "shard-000000.tar"]
     shard = tmp_path / "d" / "shard-000000.tar"
+    assert shard.read_bytes() == as_one_tarfile(shard)
+    assert len(list(Indexed(tmp_path / "d"))) == len(scan(image_tree))
+
+
+def as_one_tarfile(shard) -> bytes:
+    """The bytes of one TarFile writing ``shard``'s members (its .npy members as np.save writes them)."""
     buf = io.BytesIO()
     with tarfile.open(shard) as src, tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as dst:
         for info in src:
@@ -356,8 +363,27 @@ def test_shards_written_in_pieces_equal_one_tarfile(image_tree, tmp_path, store)
                 np.save(want, np.load(io.BytesIO(data), allow_pickle=False), allow_pickle=False)
                 assert data == want.getvalue()
             add_member(dst, info.name, data)
-    assert shard.read_bytes() == buf.getvalue() and len(buf.getvalue()) % tarfile.RECORDSIZE == 0
-    assert len(list(Indexed(tmp_path / "d"))) == len(scan(image_tree))
+    assert len(buf.getvalue()) % tarfile.RECORDSIZE == 0
+    return buf.getvalue()
+
+
+def test_a_task_reserves_its_shards_blocks_and_the_shard_ends_where_its_tar_ends(image_tree, tmp_path, monkeypatch):
+    """Each shard's blocks are reserved before its samples are written (a full disk fails there, and
+    the writes cost the kernel less), from the plan's upper bound; the file is then cut to the tar."""
+    reserved, real = {}, os.posix_fallocate
+
+    def spy(fd, offset, length):
+        reserved[os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))] = (offset, length, os.fstat(fd).st_size)
+        real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", spy)
+    m = pack(image_tree, tmp_path / "d", "wds", workers=1, shard_size=2)  # whole shards: no pieces
+    assert len(m["shards"]) > 1 and sorted(reserved) == sorted(s["name"] for s in m["shards"])
+    for s in m["shards"]:
+        shard = tmp_path / "d" / s["name"]
+        offset, length, before = reserved[s["name"]]
+        assert offset == 0 and before == 0 and length >= shard.stat().st_size == s["bytes"]
+        assert shard.read_bytes() == as_one_tarfile(shard)
 
 
 def test_tar_headers_equal_tarfiles_for_every_name_and_size():

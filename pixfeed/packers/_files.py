@@ -122,6 +122,14 @@ def read_part(path: Path, lengths: Sequence[int]) -> Iterator[memoryview]:
         pos += length
 
 
+def reserve(fd: int, nbytes: int) -> None:
+    """Reserve the blocks of the first ``nbytes`` of a file about to be written from its start (the
+    writer truncates it to what it wrote): as ``allocate``, a full disk fails here, and the writes
+    cost the kernel less than appending."""
+    if hasattr(os, "posix_fallocate") and nbytes > 0:
+        os.posix_fallocate(fd, 0, nbytes)
+
+
 def allocate(path: Path) -> None:
     """Reserve a sparse file's blocks now: a full disk then raises ENOSPC here, before any record is
     written, instead of killing the process with SIGBUS when a mapped page is written; and writes into

@@ -18,6 +18,8 @@ Parallelism: each shard is one pack task, unless there are fewer than four
 shards per worker: then each shard is split into pieces (one task each), which
 write member streams to ``shard-NNNNNN.tar.part-TTTTTT`` and ``finish`` joins
 them into the shard (``pixfeed.packers._tar``): the same bytes as one writer.
+A task reserves its file's blocks for the plan's upper bound of its samples
+(``_files.reserve``) and cuts the file to what it wrote.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from ..fields import codec
 from ..fields.members import to_member
 from ..layouts.wds import LABEL_EXTENSION, MEMBER_EXTENSIONS, META_EXTENSION, member_keys, shard_name
 from . import _tar
-from ._files import writev_all
+from ._files import reserve, writev_all
 from .records import Record
 from .writer import TaskResult, Writer
 
@@ -100,9 +102,12 @@ class WdsWriter(Writer):
                               "the size of one tar record (tar files grow in records)")
         self.names = member_keys(self.source.keys)
         order = np.random.default_rng(opts.seed).permutation(n) if opts.shuffle else np.arange(n)
-        ends = self._shard_ends(self._estimates()[order])
+        estimates = self._estimates()
+        ends = self._shard_ends(estimates[order])
         self.shard_starts = [0, *ends]
-        return self._split(np.split(order, ends[:-1]), workers)
+        tasks = self._split(np.split(order, ends[:-1]), workers)
+        self.reserved = [int(estimates[t].sum()) + 2 * _BLOCK + _RECORD for t in tasks]
+        return tasks
 
     def _split(self, shards: List[np.ndarray], workers: int) -> List[np.ndarray]:
         """Tasks: whole shards, or pieces of them when there are too few shards to keep workers busy."""
@@ -175,11 +180,13 @@ class WdsWriter(Writer):
         path, count, offset = self.root / (shard_name(shard) if whole else part_name(shard, task)), 0, 0
         f = _Hashing(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
         try:
+            reserve(f.fd, self.reserved[task])
             for rec in records:
                 offset += f.write(self._sample(rec, self.starts[task] + count))
                 count += 1
             if whole:
-                f.write([_tar.end(offset)])
+                offset += f.write([_tar.end(offset)])
+            os.ftruncate(f.fd, offset)
         finally:
             os.close(f.fd)
         return _shard_entry(path, count, f.hash.hexdigest()) if whole else {"name": path.name, "count": count}
