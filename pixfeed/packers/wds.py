@@ -192,7 +192,8 @@ class WdsWriter(Writer):
         return _shard_entry(path, count, f.hash.hexdigest()) if whole else {"name": path.name, "count": count}
 
     def _sample(self, rec: Record, index: int) -> list:
-        """The tar members of a sample: the buffers to write, in order."""
+        """The tar members of a sample: the buffers to write, in order (the image's header, its bytes,
+        then every later member's bytes joined: three buffers to hash and write, not 3 a member)."""
         payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
         classes = self.source.classes
         meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
@@ -203,10 +204,11 @@ class WdsWriter(Writer):
                   for f in self.source.schema]
         if fields:
             meta["fields"] = {field: f"{record_hash(data):016x}" for field, _, data in fields}
-        return [*_tar.member(f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload),
-                *_tar.member(f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii")),
+        rest = [*_tar.member(f"{name}.{LABEL_EXTENSION}", str(rec.label).encode("ascii")),
                 *(b for field, ext, data in fields for b in _tar.member(f"{name}.{field}.{ext}", data)),
                 *_tar.member(f"{name}.{META_EXTENSION}", _json(meta))]
+        header, data, padding = _tar.member(f"{name}.{MEMBER_EXTENSIONS[rec.encoding]}", payload)
+        return [header, data, b"".join((padding, *rest))]
 
     def finished(self, result: TaskResult) -> List[str]:
         return [result.extra["name"]] if self._whole(result.task) else []
