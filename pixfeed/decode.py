@@ -79,7 +79,7 @@ def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Ima
     fmt = sniff(data)
     if fmt is None:
         raise ImageDecodeError(f"{where}: not a JPEG or PNG file (starts with {bytes(data[:8])!r})")
-    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    limit = pixel_limit(max_pixels)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -95,9 +95,14 @@ def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Ima
     return img
 
 
+def pixel_limit(max_pixels: Optional[int] = None) -> Optional[int]:
+    """The decompression-bomb limit ``max_pixels`` means: Pillow's own for None (None: no limit)."""
+    return Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+
+
 def check_limit(w: int, h: int, where: str, max_pixels: Optional[int] = None) -> None:
     """Raise ImageDecodeError when w x h exceeds the decompression-bomb limit."""
-    limit = Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+    limit = pixel_limit(max_pixels)
     if limit is not None and w * h > limit:
         raise ImageDecodeError(f"{where}: {w}x{h} = {w * h} pixels exceeds the decompression-bomb limit of "
                                f"{limit} pixels; raise it with --max-pixels if the image is trusted")

@@ -9,6 +9,7 @@ import pixfeed
 from conftest import make_tree
 from fieldtree import FIELDS, make_field_tree
 from pixfeed.errors import CorruptDataError, OptionError
+from pixfeed.verify import verify
 
 FIELD_OPTS = dict(field=[f for f in FIELDS[1::2] if ":" in f], per_box="box_cls")
 
@@ -109,6 +110,47 @@ def test_a_repack_reads_jpeg_headers_only_and_keeps_every_shape(tmp_path, monkey
     old, new = pixfeed.open_dataset(tmp_path / "old"), pixfeed.open_dataset(tmp_path / "new")
     for i in range(len(old)):
         assert torch.equal(old[i][0], new[i][0])
+
+
+@pytest.mark.parametrize("new", ["mmap", "hdf5"])
+def test_a_repack_into_a_format_without_shapes_parses_nothing_it_checked_under_a_limit_as_strict(
+        tmp_path, monkeypatch, new):
+    """mmap and HDF5 store no image shape: records a pixfeed source checked under a pixel limit no
+    looser than the repack's, their checksums verified on the way in, are taken as they are.  A
+    stricter --max-pixels, a fuller check, or a source that records no limit parses them again."""
+    import json
+    from conftest import write_image
+    from pixfeed.packers import records
+
+    src = make_tree(tmp_path / "src", per_class=3)
+    write_image(src / "cat" / "big.jpg", size=(60, 50))  # 3000 pixels, the rest 16 x 16 or so
+    pixfeed.pack(src, tmp_path / "old", "mmap", store="encoded", max_pixels=5000, workers=1)
+    parsed = []
+    probe, check = records._jpeghead.probe, records.check_encoded
+    monkeypatch.setattr(records._jpeghead, "probe", lambda data: parsed.append(1) or probe(data))
+    monkeypatch.setattr(records, "check_encoded", lambda data, *a, **k: parsed.append(1) or check(data, *a, **k))
+
+    pixfeed.pack(tmp_path / "old", tmp_path / "same", new, store="encoded", max_pixels=5000, workers=1)
+    pixfeed.pack(tmp_path / "old", tmp_path / "looser", new, store="encoded", workers=1)  # Pillow's: 89M
+    assert parsed == []
+    old = pixfeed.open_dataset(tmp_path / "old")
+    for path in (tmp_path / "same", tmp_path / "looser"):
+        ds = pixfeed.open_dataset(path)
+        assert len(ds) == len(old) and all(torch.equal(old[i][0], ds[i][0]) for i in range(len(old)))
+        assert verify(path).ok, verify(path).problems
+
+    with pytest.raises(Exception, match=r"big.* 3000 pixels exceeds the decompression-bomb limit of 2000"):
+        pixfeed.pack(tmp_path / "old", tmp_path / "stricter", new, store="encoded", max_pixels=2000, workers=1)
+    assert parsed
+    parsed.clear()
+    pixfeed.pack(tmp_path / "old", tmp_path / "full", new, store="encoded", full_check=True, workers=1)
+    assert len(parsed) == len(old)
+    manifest = json.loads((tmp_path / "old" / "pixfeed.json").read_text())
+    del manifest["options"]["max_pixels"]  # a dataset that does not say which limit it was checked under
+    (tmp_path / "old" / "pixfeed.json").write_text(json.dumps(manifest))
+    parsed.clear()
+    pixfeed.pack(tmp_path / "old", tmp_path / "unknown", new, store="encoded", max_pixels=5000, workers=1)
+    assert len(parsed) == len(old)
 
 
 def headers(path):

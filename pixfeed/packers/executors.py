@@ -44,7 +44,7 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
     def records() -> Iterator[Record]:
         for i, data in writer.source.fetch(indices):
             try:
-                rec = load_record(writer.source, i, writer.opts, result.notes, data)
+                rec = load_record(writer.source, i, writer.opts, result.notes, data, writer.needs_shape)
             except SourceError as e:
                 if writer.opts.on_error == "fail":
                     raise
@@ -52,7 +52,6 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
                 continue
             result.kept.append(rec.index)
             result.checksums.append(rec.checksum)
-            result.shapes.append(rec.shape)
             result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
             if rec.fields:
                 result.field_lengths.append([len(b) for b in rec.fields.values()])

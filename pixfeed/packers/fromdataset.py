@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Tuple
 
 import numpy as np
 
+from ..decode import pixel_limit
 from ..errors import OptionError
 from ..fields import array, picture
 from ..fields.codec import decode
@@ -101,6 +102,8 @@ def scan_dataset(src, dst, map_fn: Callable = map) -> DatasetSource:
     source = DatasetSource(root, keys, keys, labels.astype(np.int64), ds.classes, sizes)
     source.dataset, source.schema, source.per_box, source.places = ds, ds.schema, ds.per_box, places
     source.checked = True  # checked when first packed: a JPEG record's header is enough (records.load_record)
+    options = ds.manifest.get("options") or {}
+    source.checked_limit = pixel_limit(options["max_pixels"]) if "max_pixels" in options else -1
     source.values = values
     source.origin = {"kind": "pixfeed", "path": str(root), "format": ds.format, "store": ds.store}
     return source

@@ -30,6 +30,7 @@ _ROWS = 256
 
 class H5Writer(StagedWriter):
     """Stages records, then copies them into data.h5 (one writer) in task order."""
+    needs_shape = False  # an encoded row is the file's bytes only
 
     def begin(self, tasks: List[np.ndarray]) -> None:
         compression = self.opts.compression

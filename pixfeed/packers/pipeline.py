@@ -5,7 +5,7 @@ source; a task reads its images, turns them into records and hands them to
 the format's writer, which writes that task's own part of the output (rows of
 a pre-sized array, a part file, a shard).  Tasks run on an executor
 (``pixfeed.packers.executors``: a local process pool, or Ray tasks on a
-cluster); only small metadata (checksums, shapes, skipped files) comes back,
+cluster); only small metadata (checksums, skipped files) comes back,
 and the driver joins the parts and writes the manifest last.
 
 Output goes to a hidden temporary sibling of DST (``.DST.pixfeed-tmp-PID``)

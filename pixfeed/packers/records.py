@@ -4,8 +4,9 @@
 decode rules of ``pixfeed.decode`` (pixels mode) or checks the encoded bytes
 (header, end marker, CRCs, bomb limit) and optionally re-encodes them
 (``--max-side``), and computes the xxh3_64 checksum every format stores.  The
-record carries what writers need to know of the source (its shape), so no
-writer reads a source file again.
+record carries what writers need to know of the source (its shape, unless
+the writer stores none: ``Writer.needs_shape``), so no writer reads a source
+file again.
 """
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Union
+from typing import Dict, List, NamedTuple, Optional, Union
 
 import numpy as np
 from PIL import Image
 
 from ..checksum import record_hash
 from .. import _jpeghead
-from ..decode import EXTENSIONS, check_encoded, check_limit, decode, decode_for_pack, sniff
+from ..decode import EXTENSIONS, check_encoded, check_limit, decode, decode_for_pack, pixel_limit, sniff
 from ..errors import Location, SourceError
 from ..geometry import Plan
 from ..sources.folder import Source
@@ -44,16 +45,21 @@ class Record:
     label: int
     data: Union[bytes, np.ndarray]  # encoded bytes, or HxWx3 uint8 pixels
     encoding: str                   # "raw" (pixels), "jpeg" or "png"
-    shape: tuple                    # (H, W) of the stored image
+    shape: Optional[tuple]          # (H, W) of the stored image (None: taken unparsed, load_record)
     checksum: int                   # xxh3_64 of the stored bytes
-    source_shape: tuple             # (H, W) of the source image, after EXIF orientation
+    source_shape: Optional[tuple]   # (H, W) of the source image, after EXIF orientation (None: as shape)
     fields: Dict[str, bytes] = field(default_factory=dict)  # stored bytes of each schema field (fieldrecords)
     field_checksums: List[int] = field(default_factory=list)  # xxh3_64 of each of those
 
 
-def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None) -> Record:
+def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None,
+                shape: bool = True) -> Record:
     """Turn source image ``i`` into a record (raises SourceError).  ``data``: its bytes when
-    already fetched (Source.fetch), or the error that fetching them raised; None reads the file."""
+    already fetched (Source.fetch), or the error that fetching them raised; None reads the file.
+    ``shape``: whether the writer stores the image's shape (``Writer.needs_shape``); without it,
+    and without fields or ``max_side`` that need it, a record a pixfeed source checked under a
+    pixel limit no looser than this pack's, its checksum verified on the way in, is taken unparsed
+    (its ``shape`` and ``source_shape`` None)."""
     where = Location(source.where, i)  # formatted only into an error or a note
     known = None  # the stored bytes' checksum, when the source checked it
     if isinstance(data, Verified):
@@ -67,38 +73,55 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
                 data = f.read()
         except OSError as e:
             raise SourceError(f"{where}: cannot read ({_read_error(path, e)})") from None
-    fmt, ext = sniff(data), os.path.splitext(source.paths[i])[1].lower().lstrip(".")
-    if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
-        notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
+    fmt = sniff(data)
+    if not source.checked:  # a pixfeed source's records were named when first packed
+        _check_name(source.paths[i], fmt, where, notes)
     if opts.store == "pixels":
         arr, source_shape, plan = decode_for_pack(bytes(data), opts.size, opts.resize, where, opts.max_pixels)
         arr = np.ascontiguousarray(arr)
         rec = Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr),
                      source_shape)
     else:
-        head = _checked_before(source, data, where, opts)
+        unparsed = known is not None and not (shape or source.schema or opts.max_side) and \
+            _checked_within(source, opts)
+        head = (fmt, None) if unparsed else _checked_before(source, data, fmt, where, opts)
         if head is None:  # parsed in full, as bytes (not a view of a source's file)
             data = bytes(data)
             head = check_encoded(data, where, opts.max_pixels, full=opts.full_check)
         fmt, source_shape = head
-        shape, plan = source_shape, None
-        if opts.max_side and max(shape) > opts.max_side:
-            (data, shape), known = _reencode(data, where, opts), None
+        stored, plan = source_shape, None
+        if opts.max_side and max(stored) > opts.max_side:
+            (data, stored), known = _reencode(data, where, opts), None
             fmt = "JPEG"
-            plan = Plan(None, source_shape[::-1], shape[::-1], (0, 0))  # a stretch to the re-encoded size
-        rec = Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), tuple(shape),
-                     record_hash(data) if known is None else int(known), tuple(source_shape))
+            plan = Plan(None, source_shape[::-1], stored[::-1], (0, 0))  # a stretch to the re-encoded size
+        rec = Record(i, source.keys[i], int(source.labels[i]), data, fmt.lower(), stored and tuple(stored),
+                     record_hash(data) if known is None else int(known), source_shape and tuple(source_shape))
     if source.schema:
         rec.fields = pack_fields(source, i, opts, plan, rec.shape, source_shape)
         rec.field_checksums = [record_hash(b) for b in rec.fields.values()]
     return rec
 
 
-def _checked_before(source: Source, data: bytes, where, opts: PackOptions):
+def _check_name(path: str, fmt, where, notes: List[str]) -> None:
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
+        notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
+
+
+def _checked_within(source: Source, opts: PackOptions) -> bool:
+    """Whether ``source``'s records were checked (when first packed) under a decompression-bomb limit
+    no looser than this pack's, so that none exceeds it (a source's ``checked_limit``: its manifest's
+    ``max_pixels`` option; -1 when it records none), and this pack asks for no fuller check."""
+    limit = pixel_limit(opts.max_pixels)
+    return source.checked and not opts.full_check and source.checked_limit != -1 and \
+        (limit is None or (source.checked_limit is not None and source.checked_limit <= limit))
+
+
+def _checked_before(source: Source, data: bytes, fmt, where, opts: PackOptions):
     """(format, (H, W) after orientation) of a JPEG record from a pixfeed dataset (checked when it
     was first packed, its checksum verified on the way in) from its header alone: a repack does not
     parse the whole file again (63 us of a 110 KB ImageNet JPEG against 6).  None: check it in full."""
-    if opts.full_check or not source.checked or sniff(data) != "JPEG":
+    if opts.full_check or not source.checked or fmt != "JPEG":
         return None
     head = _jpeghead.probe(data)
     if head is None:

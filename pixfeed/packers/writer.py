@@ -21,7 +21,6 @@ class TaskResult:
     task: int
     kept: List[int] = field(default_factory=list)
     checksums: List[int] = field(default_factory=list)
-    shapes: List[tuple] = field(default_factory=list)
     stored_bytes: int = 0
     skipped: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
@@ -39,6 +38,7 @@ class Writer:
     part files (``fieldparts``), unless it writes them itself (``own_fields``).
     """
     own_fields = False
+    needs_shape = True  # records carry their image's (H, W) (records.load_record)
 
     def __init__(self, root: Path, source: Source, opts: PackOptions):
         self.root, self.source, self.opts = root, source, opts
