@@ -103,6 +103,33 @@ def test_fast_path_keeps_the_safety_rules(tmp_path, exact):
         decode(data[: len(data) // 2], exact=exact)
 
 
+@pytest.mark.parametrize("orientation", [1, 6])
+def test_check_encoded_takes_libjpeg_turbos_word_for_a_jpeg_the_fast_decoder_reads(tmp_path, monkeypatch,
+                                                                                   orientation):
+    """A pack's check of a YCbCr or gray JPEG reads its header with simplejpeg, not Pillow too; the
+    limit, the end marker and the orientation hold as Pillow's check gave them.  CMYK, and a header
+    libjpeg-turbo refuses, still go to Pillow (which names what is wrong)."""
+    pytest.importorskip("simplejpeg")
+    from pixfeed import decode as decoding
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(tmp_path, size=(90, 60), exif=exif.tobytes())
+    want = decoding.check_encoded(data, "x", full=True)  # decodes every pixel: Pillow's answer
+    opened, real = [], Image.open
+    monkeypatch.setattr(decoding.Image, "open", lambda *a, **k: opened.append(1) or real(*a, **k))
+    assert decoding.check_encoded(data, "x") == want == ("JPEG", (90, 60) if orientation == 6 else (60, 90))
+    assert decoding.check_encoded(encode(tmp_path, mode="L"), "x") == ("JPEG", (90, 120))
+    assert opened == []
+    with pytest.raises(ImageDecodeError, match="x: truncated JPEG"):
+        decoding.check_encoded(data[:-2], "x")
+    with pytest.raises(ImageDecodeError, match="x: 90x60 = 5400 pixels exceeds the decompression-bomb limit"):
+        decoding.check_encoded(data, "x", max_pixels=5399)
+    assert decoding.check_encoded(encode(tmp_path, mode="CMYK"), "x") == ("JPEG", (90, 120)) and opened
+    with pytest.raises(ImageDecodeError, match="x: cannot read JPEG header"):
+        decoding.check_encoded(data[:2] + b"\xff\xdb\x00\x03\x00" + data[2:], "x")
+
+
 @pytest.mark.parametrize("channels", [3, 4])
 @pytest.mark.parametrize("sliced", [False, True])
 def test_channels_last_resize_equals_torchs_planar_output(channels, sliced):
