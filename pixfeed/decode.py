@@ -212,17 +212,26 @@ def decode_for_pack(data: bytes, size: Size, resize_mode: str, where: str,
     return np.asarray(apply_plan(img, p, size), dtype=np.uint8), (img.height, img.width), p
 
 
-def oriented_size(data: bytes, where: str, max_pixels: Optional[int] = None) -> Tuple[int, int]:
-    """(W, H) of encoded bytes after EXIF orientation, from the header alone."""
+def probed(data: bytes, where: str, max_pixels: Optional[int] = None) -> Optional[Size]:
+    """(H, W) after EXIF orientation of a JPEG that the fast decoder reads as Pillow does
+    (``_jpeghead.probe``: libjpeg-turbo parses its header), its pixel limit checked; None for any
+    other file (Pillow's to read)."""
     from ._jpeghead import probe
 
     head = probe(data) if sniff(data) == "JPEG" else None
-    if head is not None:
-        check_limit(head.width, head.height, where, max_pixels)
-        w, h, orientation = head.width, head.height, head.orientation
-    else:
-        img = open_image(data, where, max_pixels)
-        (w, h), orientation = img.size, img.getexif().get(0x0112, 1)
+    if head is None:
+        return None
+    check_limit(head.width, head.height, where, max_pixels)
+    return (head.width, head.height) if head.orientation in (5, 6, 7, 8) else (head.height, head.width)
+
+
+def oriented_size(data: bytes, where: str, max_pixels: Optional[int] = None) -> Tuple[int, int]:
+    """(W, H) of encoded bytes after EXIF orientation, from the header alone."""
+    hw = probed(data, where, max_pixels)
+    if hw is not None:
+        return hw[1], hw[0]
+    img = open_image(data, where, max_pixels)
+    (w, h), orientation = img.size, img.getexif().get(0x0112, 1)
     return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
 
 
@@ -237,16 +246,13 @@ def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, ful
     Reads the header, applies the bomb limit, checks that a JPEG ends with its
     EOI marker and that a PNG's chunk CRCs are intact up to IEND.  ``full``
     decodes every pixel as well.  A JPEG that the fast decoder reads as Pillow
-    does (``_jpeghead.probe``: libjpeg-turbo parses its header) is not opened
-    with Pillow as well: 8 us an ImageNet JPEG against 56.
+    does (``probed``) is not opened with Pillow as well: 8 us an ImageNet JPEG
+    against 56.
     """
-    from ._jpeghead import probe
-
-    head = probe(data) if not full and sniff(data) == "JPEG" else None
-    if head is not None:
-        check_limit(head.width, head.height, where, max_pixels)
+    hw = None if full else probed(data, where, max_pixels)
+    if hw is not None:
         _check_jpeg_end(data, where)
-        return "JPEG", (head.width, head.height) if head.orientation in (5, 6, 7, 8) else (head.height, head.width)
+        return "JPEG", hw
     img = open_image(data, where, max_pixels)
     fmt = img.format
     if full:

@@ -26,6 +26,7 @@ _COPY_ROWS = 1024
 
 class MmapWriter(Writer):
     needs_shape = False  # data.bin holds the files' bytes only
+
     @property
     def _images(self) -> Path:
         return self.root / layout.IMAGES
