@@ -427,8 +427,9 @@ def test_writev_all_finishes_what_a_short_writev_left(tmp_path, monkeypatch, mos
 
     from pixfeed.packers._files import writev_all
 
-    real = os.writev
+    real, write = os.writev, os.write
     monkeypatch.setattr(os, "writev", lambda fd, views: real(fd, [bytes(b"".join(views)[:most])]))
+    monkeypatch.setattr(os, "write", lambda fd, data: write(fd, bytes(data)[:most]))  # short again
     rng = np.random.default_rng(0)
     buffers = [rng.bytes(int(n)) for n in (0, 3, 512, 0, 1000, 70_000, 5)]
     buffers[2] = memoryview(np.frombuffer(buffers[2], np.uint8))  # a record's view of its source file

@@ -63,18 +63,17 @@ def write_placed(path: Path, start: int, stop: int, part: Path, records: Iterabl
 
 
 def writev_all(fd: int, buffers: List) -> int:
-    """Write ``buffers`` one after another at ``fd``'s position, in one ``writev`` where it takes them
-    all; return the bytes written."""
-    views, total = [v.cast("B") for v in map(memoryview, buffers) if v.nbytes], 0
-    while views:
-        n = os.writev(fd, views)
+    """Write ``buffers`` one after another at ``fd``'s position, in one ``writev`` (a regular file takes
+    them all); what a short write leaves (a signal, a pipe) is joined and written after.  Return the
+    bytes written."""
+    views = [memoryview(b) for b in buffers]
+    done, total = os.writev(fd, views), sum(v.nbytes for v in views)
+    rest = memoryview(b"".join(views))[done:] if done < total else None
+    while rest:
+        n = os.write(fd, rest)
         if n == 0:
-            raise OSError(errno.EIO, "writev wrote nothing")
-        total += n
-        while views and n >= views[0].nbytes:
-            n -= views.pop(0).nbytes
-        if views:
-            views[0] = views[0][n:]
+            raise OSError(errno.EIO, "write wrote nothing")
+        rest = rest[n:]
     return total
 
 

@@ -81,8 +81,11 @@ def _npy(arr: np.ndarray) -> bytes:
     return b"".join((header.getvalue(), memoryview(np.ascontiguousarray(arr)).cast("B")))
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps makes one a call for ensure_ascii=False
+
+
 def _json(meta: dict) -> bytes:
-    return json.dumps(meta, ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(meta).encode("utf-8")
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
