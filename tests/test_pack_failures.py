@@ -169,7 +169,7 @@ def test_sigkill_of_the_pack_leaves_no_worker_alive(existing):
 def signal_source(tmp_path_factory) -> Path:
     """Enough images that a pack lasts a while after it starts writing."""
     root = tmp_path_factory.mktemp("signals") / "src"
-    for i in range(400):
+    for i in range(600):
         write_image(root / ("ab"[i % 2]) / f"{i:03d}.jpg", size=(200, 150), seed=i)
     return root
 
@@ -192,7 +192,7 @@ def test_sigint_at_random_moments_of_packs_always_ends_them_with_nothing_left(si
         deadline = time.monotonic() + 60
         while not _leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.1))
+        time.sleep(rng.uniform(0, 0.05))  # an encoded pack of these takes about 50 ms
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -219,6 +219,25 @@ def test_enospc_in_a_writer_is_reported_naming_dst(existing, monkeypatch):
                                           f".*; nothing was written; the existing {dst} is unchanged") as err:
         pack(src, dst, "mmap", workers=1, overwrite=True)
     assert isinstance(err.value, OSError)  # callers may catch either
+    assert _leftovers(dst.parent) == [] and _snapshot(dst) == before
+
+
+def test_an_interrupt_ends_the_pack_as_interrupted_whatever_it_broke_on_its_way_out(existing, monkeypatch):
+    """A SIGINT whose unwinding makes a file operation fail (a descriptor closed twice, as an HDF5
+    pack once showed) is still an interrupt: KeyboardInterrupt (the CLI's exit 130), not a write
+    error, and nothing is left."""
+    src, dst, before = existing
+
+    def broken(self, task, indices, records):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the pack's handler raises KeyboardInterrupt
+            time.sleep(5)
+        finally:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    monkeypatch.setattr(MmapWriter, "write_task", broken)
+    with pytest.raises(KeyboardInterrupt):
+        pack(src, dst, "mmap", workers=1, overwrite=True)
     assert _leftovers(dst.parent) == [] and _snapshot(dst) == before
 
 
@@ -253,6 +272,29 @@ def test_real_full_disk(tmp_path, mount, fmt, store):
     with pytest.raises(OutputError, match=f"cannot write the dataset {dst}: .*No space left on device"):
         pack(src, dst, fmt, store=store, **sized(store, 64), workers=1, overwrite=True)
     assert _leftovers(fs) == [] and _snapshot(dst) == before
+
+
+@pytest.mark.parametrize("fmt", ["mmap", "wds"])
+def test_blocks_are_reserved_only_for_bytes_to_come(tmp_path, mount, fmt):
+    """mmap's data.bin and wds's shards reserve their blocks ahead from the source's sizes, except
+    under --max-side, where the re-encoded records take far less: such a pack fits a disk smaller
+    than its source.  A pack that cannot fit fails with nothing left."""
+    from PIL import Image
+
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    rng = __import__("numpy").random.default_rng(0)
+    for i in range(6):  # noise, 320 x 320: about 120 KB a JPEG, a few KB at max side 48
+        Image.fromarray(rng.integers(0, 256, (320, 320, 3), dtype="uint8")).save(src / f"{i}.jpg", quality=95)
+    src = src.parent
+    source_bytes = sum(p.stat().st_size for p in src.rglob("*.jpg"))
+    fs = mount(tmp_path / "fs", "256k")
+    assert source_bytes > 2 * 256 * 1024
+    m = pack(src, fs / "small", fmt, store="encoded", max_side=48, workers=1)
+    assert m["count"] == 6 and verify(fs / "small").ok
+    with pytest.raises(OutputError, match="No space left on device"):
+        pack(src, fs / "big", fmt, store="encoded", workers=1)
+    assert sorted(p.name for p in fs.iterdir()) == ["small"]
 
 
 def test_read_only_destination(existing, mount, request):

@@ -36,7 +36,7 @@ class MmapWriter(Writer):
             allocate_rows(self._images, len(self.source), self.opts.size)
         else:
             self.placed = PlacedFile(self.root / layout.DATA)
-            self.placed.begin(self.source.sizes, tasks)
+            self.placed.begin(self.source.sizes, tasks, reserve=not self.opts.max_side)
 
     def write_task(self, task: int, indices: np.ndarray, records: Iterator[Record]) -> object:
         if self.opts.store == "pixels":

@@ -158,6 +158,7 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
         if upload is not None:
             upload.abort()
         shutil.rmtree(tmp, ignore_errors=True)
+        interrupt.check()  # interrupted: whatever the signal broke on its way out (a file closed twice)
         if upload is None and isinstance(e, OSError) and not isinstance(e, PixfeedError):
             raise _output_error(dst, e) from e
         raise

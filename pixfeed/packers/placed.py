@@ -3,7 +3,7 @@
 ``begin`` sizes the file from the source's sizes, task by task (exact for
 files stored as they are and for a repack of mmap or wds; upper bounds for a
 repack of LMDB or HDF5; estimates elsewhere), its blocks reserved
-(``_files.allocate``).  Each task
+(``_files.allocate``) unless records are re-encoded smaller.  Each task
 writes its records one after another from its region's start, and the
 records that do not fit go to the task's part file (``_files.write_placed``).
 
@@ -50,13 +50,16 @@ class PlacedFile:
         self.__dict__.update(state)
         self._driver()
 
-    def begin(self, sizes: np.ndarray, tasks: List[np.ndarray]) -> None:
+    def begin(self, sizes: np.ndarray, tasks: List[np.ndarray], reserve: bool = True) -> None:
+        """Place the tasks' regions from ``sizes``; ``reserve`` their blocks where the sizes are the
+        bytes to come (not the source's, far above, of records re-encoded smaller)."""
         self.parts.mkdir()
         sizes = np.maximum(sizes, 0)
         self.regions = np.concatenate([[0], np.cumsum([int(sizes[t].sum()) for t in tasks])]).tolist()
         with open(self.path, "wb") as f:
             f.truncate(self.regions[-1])
-        allocate(self.path)
+        if reserve:
+            allocate(self.path)
 
     def write(self, task: int, records: Iterable[Record]) -> tuple:
         """(the records' lengths, bytes written in the region) of task ``task`` (in a worker)."""

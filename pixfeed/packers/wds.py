@@ -19,7 +19,8 @@ shards per worker: then each shard is split into pieces (one task each), which
 write member streams to ``shard-NNNNNN.tar.part-TTTTTT`` and ``finish`` joins
 them into the shard (``pixfeed.packers._tar``): the same bytes as one writer.
 A task reserves its file's blocks for the plan's upper bound of its samples
-(``_files.reserve``) and cuts the file to what it wrote.
+(``_files.reserve``; not with ``--max-side``, whose bound is the source's
+bytes) and cuts the file to what it wrote.
 """
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ class WdsWriter(Writer):
         ends = self._shard_ends(estimates[order])
         self.shard_starts = [0, *ends]
         tasks = self._split(np.split(order, ends[:-1]), workers)
-        self.reserved = [int(estimates[t].sum()) + 2 * _BLOCK + _RECORD for t in tasks]
+        end = 2 * _BLOCK + _RECORD  # an archive's end, at most
+        # none where --max-side re-encodes: the bounds are then the source files' bytes, far above
+        self.reserved = [0 if opts.max_side else int(estimates[t].sum()) + end for t in tasks]
         return tasks
 
     def _split(self, shards: List[np.ndarray], workers: int) -> List[np.ndarray]:
