@@ -81,8 +81,8 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
         rec = Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr),
                      source_shape)
     else:
-        unparsed = known is not None and not (shape or source.schema or opts.max_side) and \
-            _checked_within(source, opts)
+        unparsed = known is not None and fmt is not None and not (shape or source.schema or opts.max_side) \
+            and _checked_within(source, opts)
         head = (fmt, None) if unparsed else _checked_before(source, data, fmt, where, opts)
         if head is None:  # parsed in full, as bytes (not a view of a source's file)
             data = bytes(data)
