@@ -3,7 +3,7 @@
 ``begin`` sizes the file from the source's sizes, task by task (exact for
 files stored as they are and for a repack of mmap or wds; upper bounds for a
 repack of LMDB or HDF5; estimates elsewhere), its blocks reserved
-(``_files.allocate``) unless records are re-encoded smaller.  Each task
+(``_files.reserve``) unless records are re-encoded smaller.  Each task
 writes its records one after another from its region's start, and the
 records that do not fit go to the task's part file (``_files.write_placed``).
 
@@ -27,7 +27,8 @@ import numpy as np
 
 from ..checksum import FileHasher
 from ..chunkcache import CHUNK_BYTES
-from ._files import allocate, copy_range, write_placed
+from . import _files
+from ._files import copy_range, write_placed
 from .records import Record
 from .writer import TaskResult
 
@@ -58,8 +59,8 @@ class PlacedFile:
         self.regions = np.concatenate([[0], np.cumsum([int(sizes[t].sum()) for t in tasks])]).tolist()
         with open(self.path, "wb") as f:
             f.truncate(self.regions[-1])
-        if reserve:
-            allocate(self.path)
+            if reserve:
+                _files.reserve(f.fileno(), self.regions[-1])
 
     def write(self, task: int, records: Iterable[Record]) -> tuple:
         """(the records' lengths, bytes written in the region) of task ``task`` (in a worker)."""
