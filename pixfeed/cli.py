@@ -79,23 +79,30 @@ def _pack_options(args) -> dict:
 
 
 def cmd_pack(args) -> int:
-    from .packers import pack
+    from .packers import interrupt, pack
 
     start = time.perf_counter()
-    m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), executor=args.executor,
-             address=args.address, task_cpus=args.task_cpus, storage_options=options_from_args(args.storage_option),
-             **_pack_options(args))
-    if not args.quiet:
-        for note in m["notes"]:
-            print(f"note: {note}", file=sys.stderr)
-        for s in m["skipped"]:
-            print(f"skipped: {_skip_line(s)}", file=sys.stderr)
-        secs = time.perf_counter() - start
-        stats = m["stats"]
-        print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "
-              f"{human_bytes(stats['source_bytes'])} of source files, {len(m['skipped'])} skipped) into {args.dst} "
-              f"as {m['format']}/{m['store']} in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
+    try:
+        m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), executor=args.executor,
+                 address=args.address, task_cpus=args.task_cpus,
+                 storage_options=options_from_args(args.storage_option), **_pack_options(args))
+        if not args.quiet:
+            _report_pack(m, args.dst, time.perf_counter() - start)
+    except KeyboardInterrupt:
+        if not interrupt.published():  # after the dataset was published, Ctrl-C stops only the report
+            raise
     return 0
+
+
+def _report_pack(m: dict, dst, secs: float) -> None:
+    for note in m["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    for s in m["skipped"]:
+        print(f"skipped: {_skip_line(s)}", file=sys.stderr)
+    stats = m["stats"]
+    print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "
+          f"{human_bytes(stats['source_bytes'])} of source files, {len(m['skipped'])} skipped) into {dst} "
+          f"as {m['format']}/{m['store']} in {secs:.1f} s: {m['count'] / secs:.0f} images/s")
 
 
 def cmd_info(args) -> int:

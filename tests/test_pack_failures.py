@@ -241,6 +241,26 @@ def test_an_interrupt_ends_the_pack_as_interrupted_whatever_it_broke_on_its_way_
     assert _leftovers(dst.parent) == [] and _snapshot(dst) == before
 
 
+def test_a_signal_while_the_dataset_is_published_leaves_it_published(tmp_path, monkeypatch):
+    """SIGINT arriving as the finished pack is renamed into place is held back until the rename is done,
+    and then ends nothing: the pack returns its dataset (the CLI exits 0), whole; a later check does
+    not raise either.  Before, the KeyboardInterrupt came out of the rename and the CLI said nothing
+    was written, with the dataset in place."""
+    from pixfeed.packers import interrupt, pipeline
+
+    src = make_tree(tmp_path / "src")
+    real = pipeline._replace
+
+    def signalled(tmp, dst):
+        os.kill(os.getpid(), signal.SIGINT)  # held back while the dataset is published
+        real(tmp, dst)
+
+    monkeypatch.setattr(pipeline, "_replace", signalled)
+    m = pack(src, tmp_path / "ds", "mmap", size=16, workers=1)
+    assert m["count"] == 12 and verify(tmp_path / "ds").ok and interrupt.published()
+    assert _leftovers(tmp_path) == []
+
+
 @pytest.fixture
 def mount(tmp_path):
     """mount(path, size, ro=False): a small tmpfs, unmounted after the test (root only)."""

@@ -10,6 +10,11 @@ SIGINT: exit 130 from the CLI; ``SystemExit(143)`` for SIGTERM), and
 each task's result and before it writes the manifest and publishes, so a
 swallowed interrupt still ends the pack with nothing left at DST.
 
+A signal that comes while the dataset is published (the rename into place, a
+bucket's manifest: ``publishing``) or after is only recorded: once published,
+the pack is done, and an interrupt must not report an interrupted pack whose
+dataset stands; a publishing step that fails raises it (``check``).
+
 Pool workers are forked with the signals blocked (``deferred``), ignore
 SIGINT (the driver ends them) and die with the driver (``die_with_parent``:
 Linux's ``PR_SET_PDEATHSIG``), so a ``kill -9`` of the pack leaves no worker
@@ -28,6 +33,7 @@ from typing import Iterator, Optional
 _PR_SET_PDEATHSIG = 1
 SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _received: Optional[int] = None
+_publishing = _published = False
 
 
 def _raise(signum: int) -> None:
@@ -39,18 +45,19 @@ def _raise(signum: int) -> None:
 def _handle(signum, frame) -> None:
     global _received
     _received = signum
-    _raise(signum)
+    if not (_publishing or _published):  # a pack being or already published has nothing left to stop
+        _raise(signum)
 
 
 @contextlib.contextmanager
 def signals() -> Iterator[None]:
     """SIGINT and SIGTERM end the pack (recorded, then raised) while the block runs; the handlers
     before it are put back after.  Outside the main thread Python cannot install handlers: a no-op."""
-    global _received
+    global _received, _published
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _received = None
+    _received, _published = None, False
     before = {s: signal.signal(s, _handle) for s in SIGNALS}
     try:
         yield
@@ -70,9 +77,29 @@ def deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
+@contextlib.contextmanager
+def publishing() -> Iterator[None]:
+    """The step that publishes the dataset: a signal while it runs is recorded, not raised (any thread
+    may take a process's signal, so a thread's signal mask cannot hold it back); once the step has run,
+    the pack is done and a signal ends nothing.  If the step fails, ``check`` raises the signal."""
+    global _publishing, _published
+    _publishing = True
+    try:
+        yield
+        _published = True
+    finally:
+        _publishing = False
+
+
+def published() -> bool:
+    """Whether the last pack published its dataset (a signal after that interrupted nothing)."""
+    return _published
+
+
 def check() -> None:
-    """Raise for a signal received during the pack, even one whose first raise was swallowed."""
-    if _received is not None:
+    """Raise for a signal received during the pack, even one whose first raise was swallowed; nothing
+    once the dataset is published."""
+    if _received is not None and not _published:
         _raise(_received)
 
 

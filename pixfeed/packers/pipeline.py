@@ -148,7 +148,8 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
         write_manifest(tmp, manifest)
         interrupt.check()
         if upload is None:
-            _replace(tmp, dst)
+            with interrupt.publishing():
+                _replace(tmp, dst)
         else:
             upload.commit(tmp, manifest)
             shutil.rmtree(tmp)

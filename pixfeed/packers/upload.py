@@ -23,6 +23,7 @@ from typing import Dict, Iterable, Optional
 from ..errors import OptionError, StorageError
 from ..manifest import MANIFEST_NAME
 from ..storage import Store
+from . import interrupt
 
 MARKER = ".pixfeed-packing"
 UPLOADS = 8  # files uploaded at once
@@ -68,7 +69,8 @@ class Upload:
             if found.get(name) != meta["bytes"]:
                 raise StorageError(f"{self.store.url_of(name)}: {found.get(name)} bytes in the bucket after upload, "
                                    f"expected {meta['bytes']}; no manifest was written")
-        self.store.put(tmp / MANIFEST_NAME, MANIFEST_NAME)
+        with interrupt.publishing():
+            self.store.put(tmp / MANIFEST_NAME, MANIFEST_NAME)
         self.store.remove([MARKER])
         self.pool.shutdown()
 
