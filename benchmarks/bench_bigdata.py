@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from pixfeed import _memlimit
+from pixfeed.machine import memlimit as _memlimit
 from pixfeed.bench.ceilings import memcopy
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
 from pixfeed.packers import pack
-from pixfeed.pagecache import evict, read_rate
+from pixfeed.storage.pagecache import evict, read_rate
 
 CLASSES = 100
 DISTINCT = 200  # distinct source images; the rest are hard links to them

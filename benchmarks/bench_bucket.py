@@ -6,7 +6,7 @@
 2. staging an LMDB dataset into the local cache vs the server's raw GET throughput (the same
    bytes fetched as 16 MiB ranged GETs, 16 in flight, into memory);
 3. packing into the bucket vs packing to local disk (images/s, wds);
-4. the chunk cache (``pixfeed.chunked``), on an mmap dataset of the same images 4x ``cache_limit``:
+4. the chunk cache (``pixfeed.storage.chunked``), on an mmap dataset of the same images 4x ``cache_limit``:
    a quasi-random epoch (encoded, 2 workers) vs streaming the same records as wds shards from the
    same server; the bytes a full-shuffle epoch fetches (GETs counted by tests/faultproxy.py) vs the
    data file, beside the plan's forecast, at ``--chunk-mib`` and at 256 KiB; and the first batch
@@ -29,13 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from faultproxy import FaultProxy  # noqa: E402
 from s3server import S3Server  # noqa: E402
 
-from pixfeed import cache  # noqa: E402
+from pixfeed.storage import cache  # noqa: E402
 from pixfeed.datasets import open_dataset  # noqa: E402
 from pixfeed.loaders import make_loader  # noqa: E402
 from pixfeed.manifest import read_manifest  # noqa: E402
 from pixfeed.packers import pack  # noqa: E402
 from pixfeed.sample import make_sample  # noqa: E402
-from pixfeed.storage import Store  # noqa: E402
+from pixfeed.storage.store import Store  # noqa: E402
 
 
 def best(fn, reps: int) -> float:

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from pixfeed import _jpeghead
-from pixfeed._fastdecode import resize_uint8
-from pixfeed.decode import decode
+from pixfeed.image import jpeghead as _jpeghead
+from pixfeed.image.fast import resize_uint8
+from pixfeed.image.decode import decode
 from pixfeed.sources.folder import scan
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from pixfeed import make_loader, open_dataset, pack
-from pixfeed.cpus import available_cpus
+from pixfeed.machine.cpus import available_cpus
 from pixfeed.sources.folder import scan
 from bench_decode import usual
 

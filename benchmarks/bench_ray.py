@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pixfeed.cpus import available_cpus
+from pixfeed.machine.cpus import available_cpus
 from pixfeed.packers import PackOptions, pack
 from pixfeed.packers.writer import TaskResult
 from pixfeed.registry import get, writer_class

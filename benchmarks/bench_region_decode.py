@@ -8,10 +8,10 @@ One core, each candidate through all images in a row, candidates taking turns
 chroma upsampling, DCT scaling 1/d as ``_fastdecode.dct_divisor`` picks it),
 and what the whole fast path (decode + crop + resize, measured in the same
 run) would gain if a candidate replaced that step.
-Boxes: RandomResizedCrop to 224 (``pixfeed.geometry``, seed 0) and the
+Boxes: RandomResizedCrop to 224 (``pixfeed.image.geometry``, seed 0) and the
 evaluation center crop (Resize(256) + CenterCrop(224)), in source pixels.
 With the ``region`` extra installed, the whole fast path is also measured with
-and without it (``pixfeed._regiondecode``).  Candidates missing here are skipped
+and without it (``pixfeed.image.region``).  Candidates missing here are skipped
 with a note:
 
 * ``nvimgcodec region``: nvidia-nvimgcodec-cu12's CPU backend, region decode by
@@ -41,9 +41,9 @@ import simplejpeg
 import torch
 
 from bench_decode import interleaved
-from pixfeed import _jpeghead, _regiondecode, geometry
-from pixfeed._fastdecode import dct_divisor
-from pixfeed.decode import decode
+from pixfeed.image import jpeghead as _jpeghead, region as _regiondecode, geometry
+from pixfeed.image.fast import dct_divisor
+from pixfeed.image.decode import decode
 from pixfeed.sources.folder import scan
 
 SHIM = r"""

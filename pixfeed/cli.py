@@ -12,17 +12,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._progress import shown
+from .console.progress import shown
 from .errors import OptionError, PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
-from .storage_options import add_argument, options_from_args
-from .words import human_bytes, plural
+from .storage.options import add_argument, options_from_args
+from .console.words import human_bytes, plural
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
-    "pixfeed.verify_cli:add_command",
+    "pixfeed.verify.cli:add_command",
     "pixfeed.diagnose.cli:add_doctor",
     "pixfeed.diagnose.cli:add_profile",
     "pixfeed.bench.cli:add_command",

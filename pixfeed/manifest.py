@@ -17,7 +17,7 @@ directory with a manifest is a finished dataset.  Fields::
     files            {relative path: {"bytes": int, "xxh3_64": hex}} for every data file
     shards           (wds only) [{"name", "count", "bytes", "xxh3_64"}]
     chunks           (mmap, hdf5) {"bytes": 16 MiB, "xxh3_64": {data file: [hex per chunk]}}, checked by the
-                     chunk cache (pixfeed.chunked); packs without it get the list computed on first use
+                     chunk cache (pixfeed.storage.chunked); packs without it get the list computed on first use
     skipped          [{"path", "reason"}] files left out under --on-error skip
     schema           [{"name", "type", "dtype"?, "shape"?}] the typed fields beside image and label
                      (pixfeed.fields; absent or [] when there are none)
@@ -35,7 +35,7 @@ from typing import Any
 
 from .errors import DatasetError, DatasetNotFoundError
 from .registry import FORMATS
-from .storage import BucketNotFoundError, Store, is_url, local_path
+from .storage.store import BucketNotFoundError, Store, is_url, local_path
 
 MANIFEST_NAME = "pixfeed.json"
 KEYS_NAME = "keys.json"

@@ -5,7 +5,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 import pixfeed
-from pixfeed import _jpeghead
+from pixfeed.image import jpeghead as _jpeghead
 from pixfeed.diagnose import advice
 from pixfeed.diagnose.advice import InUse
 from pixfeed.diagnose.report import StallReport, Step

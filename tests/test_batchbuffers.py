@@ -6,7 +6,7 @@ import torch
 
 import pixfeed
 from conftest import make_tree
-from pixfeed import batchbuffers
+from pixfeed.image import buffers as batchbuffers
 from pixfeed.loaders import make_loader
 
 

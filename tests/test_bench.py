@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pixfeed import pagecache
+from pixfeed.storage import pagecache
 from pixfeed.bench.cli import _size
 from pixfeed.bench.procstats import ProcUsage
 from pixfeed.bench.report import markdown

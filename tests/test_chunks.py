@@ -1,4 +1,4 @@
-"""Bucket datasets larger than cache_limit, read through the chunk cache (pixfeed.chunked) from the SeaweedFS
+"""Bucket datasets larger than cache_limit, read through the chunk cache (pixfeed.storage.chunked) from the SeaweedFS
 server of the object-storage tests: every record once and right, the cache within its limit, chunks fetched
 once per node, faults through an HTTP proxy (tests/faultproxy.py), resume, and errors naming the bucket."""
 from __future__ import annotations
@@ -18,8 +18,8 @@ import xxhash
 
 from conftest import make_tree
 from faultproxy import FaultProxy
-from pixfeed import chunkcache, chunkio
-from pixfeed.chunked import manifest_entry, parse_bytes
+from pixfeed.storage import chunkcache, chunkio
+from pixfeed.storage.chunked import manifest_entry, parse_bytes
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, OutputError, StorageError
 from pixfeed.loaders import make_loader
@@ -264,7 +264,7 @@ def test_cache_limit_takes_units_and_refuses_nonsense():
 
 
 def test_doctor_shows_the_fetch_plan_of_both_orders(packs, s3_server, tmp_path, monkeypatch):
-    from pixfeed import chunked
+    from pixfeed.storage import chunked
     from pixfeed.diagnose.fetch import check_fetch
 
     _, url = packs["pixels"]
@@ -281,7 +281,7 @@ def test_doctor_shows_the_fetch_plan_of_both_orders(packs, s3_server, tmp_path, 
 @pytest.mark.parametrize("limited", [True, False])
 def test_bench_a_bucket_dataset_reports_get_speed_fetch_plan_and_epochs(packs, s3_server, tmp_path, monkeypatch,
                                                                         capsys, limited):
-    from pixfeed import chunked
+    from pixfeed.storage import chunked
     from pixfeed.cli import main
 
     _, url = packs["pixels"]

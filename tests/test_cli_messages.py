@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pixfeed.cli import main
-from pixfeed.words import human_bytes, plural
+from pixfeed.console.words import human_bytes, plural
 
 
 def test_plural_and_bytes():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pixfeed import _jpeghead
-from pixfeed.decode import decode
+from pixfeed.image import jpeghead as _jpeghead
+from pixfeed.image.decode import decode
 from pixfeed.errors import ImageDecodeError
 from conftest import write_image
 
@@ -110,7 +110,7 @@ def test_check_encoded_takes_libjpeg_turbos_word_for_a_jpeg_the_fast_decoder_rea
     limit, the end marker and the orientation hold as Pillow's check gave them.  CMYK, and a header
     libjpeg-turbo refuses, still go to Pillow (which names what is wrong)."""
     pytest.importorskip("simplejpeg")
-    from pixfeed import decode as decoding
+    from pixfeed.image import decode as decoding
 
     exif = Image.Exif()
     exif[0x0112] = orientation
@@ -136,7 +136,7 @@ def test_channels_last_resize_equals_torchs_planar_output(channels, sliced):
     """resize_uint8 writes its output H x W x C (torch's kernel then skips repacking to planes):
     every pixel equals torch's own planar output, for RGB and RGBX, whole arrays and crop views."""
     import torch
-    from pixfeed._fastdecode import resize_uint8
+    from pixfeed.image.fast import resize_uint8
 
     arr = np.random.default_rng(channels).integers(0, 256, (97, 131, channels), dtype=np.uint8)
     src = arr[5:90, 7:120] if sliced else arr
@@ -153,8 +153,8 @@ def test_center_crops_resize_only_up_to_the_kept_window():
     """finish() leaves out what lies right of and below a center crop's window (when shrinking):
     every pixel equals resizing the whole image and then cropping, shrinking or enlarging."""
     import torch
-    from pixfeed import geometry
-    from pixfeed._fastdecode import finish, kept, resize_uint8
+    from pixfeed.image import geometry
+    from pixfeed.image.fast import finish, kept, resize_uint8
 
     assert kept(100, 200, 1000, 0.2) == (100, 504) and kept(100, 200, 150, 1.5) == (200, 150)
     rng = np.random.default_rng(5)
@@ -174,7 +174,7 @@ def test_a_forked_child_resizes_a_crop_after_its_parent_used_torch_threads():
     they started (a benchmark's decode processes) never gets them back and waited for ever."""
     import multiprocessing as mp
     import torch
-    from pixfeed._fastdecode import resize_uint8
+    from pixfeed.image.fast import resize_uint8
 
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import make_tree
-from pixfeed import decodepool
+from pixfeed.image import pool as decodepool
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import CorruptDataError, OptionError
 from pixfeed.loaders import make_loader

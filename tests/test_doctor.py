@@ -10,7 +10,7 @@ import pytest
 from pixfeed.cli import main
 from pixfeed.diagnose import storage, system
 from pixfeed.diagnose.doctor import diagnose, render
-from pixfeed import cpus
+from pixfeed.machine import cpus
 
 MiB, GiB = 2**20, 2**30
 StatVFS = namedtuple("StatVFS", "f_blocks f_frsize f_bavail")
@@ -102,7 +102,7 @@ def test_no_workers_need_no_shm(monkeypatch):
     (True, "encoded", "ok", False), (False, "encoded", "info", True), (False, None, "info", True),
     (False, "pixels", "ok", False), (True, "pixels", "ok", False)])
 def test_fast_decode_advised_only_when_missing_and_needed(monkeypatch, installed, store, status, advised):
-    from pixfeed import _jpeghead
+    from pixfeed.image import jpeghead as _jpeghead
     from pixfeed.diagnose.doctor import check_decode
 
     monkeypatch.setattr(_jpeghead, "simplejpeg", _jpeghead.simplejpeg if installed else None)

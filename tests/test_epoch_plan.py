@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import make_tree
-from pixfeed import pagecache
+from pixfeed.storage import pagecache
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import epochplan, make_loader
 from pixfeed.loaders.seeding import BATCH, INDEX, NONE

@@ -248,7 +248,7 @@ def test_image_and_caption_batches_are_one_gathered_read(tree, tmp_path):
 
 @pytest.mark.parametrize("fmt", ["mmap", "wds"])
 def test_verify_checks_every_field(tree, tmp_path, fmt):
-    from pixfeed.verify import verify
+    from pixfeed.verify.check import verify
 
     path = pack(tree, tmp_path / "ds", fmt, "encoded")
     assert verify(path, deep=True).ok

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 import pixfeed
-from pixfeed.decode import decode
+from pixfeed.image.decode import decode
 from pixfeed.errors import OptionError
-from pixfeed.geometry import plan
+from pixfeed.image.geometry import plan
 from conftest import write_image
 from reference import (center_crop_box, reference_pixels, reference_rgb, resize_shape, rrc_params,
                        tv_center_crop, tv_random_resized_crop_flip)

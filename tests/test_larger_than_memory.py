@@ -1,7 +1,7 @@
 """A dataset twice the size of a real cgroup v1 memory limit: read completely and correctly, RSS flat.
 
 The reader runs in a child process that joins a fresh child cgroup of ours
-(``pixfeed._memlimit``) after importing everything, so the limit holds only
+(``pixfeed.machine.memlimit``) after importing everything, so the limit holds only
 what it reads from then on: the page cache of a 64 MiB dataset, evicted first
 so that every page is read under the limit.  It reports a digest of every
 (label, pixels) it got, its peak usage and the RSS of file pages (``RssFile``)
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import write_image
-from pixfeed import _memlimit
+from pixfeed.machine import memlimit as _memlimit
 from pixfeed.datasets import open_dataset
 from pixfeed.packers import pack
 
@@ -40,12 +40,12 @@ CHILD = r"""
 import json, os, sys
 from pathlib import Path
 import numpy as np
-from pixfeed import _memlimit
+from pixfeed.machine import memlimit as _memlimit
 from pixfeed.checksum import record_hash
 from pixfeed.datasets import lmdb as lmdb_reader
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
-from pixfeed.pagecache import evict
+from pixfeed.storage.pagecache import evict
 
 group, path, workers, order = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 lmdb_reader.UNMAP_EVERY = 4 << 20

@@ -1,11 +1,11 @@
-"""Every import in the package points down the layers: core -> formats -> loaders -> tools,
+"""Every import in the package points down the layers: base -> image -> contract -> formats -> loaders -> tools,
 no tool imports another (what two tools share moves down), and no module imports
 another's private names (``_read``; a private module such as ``packers/_tar.py``
 belongs to its package).
 
 ``LAYERS`` is the one table of layers; only this test reads it, so it lives
 here rather than in a package module that nothing would import.  A key is a
-file (``"cpus.py"``) or a folder (``"loaders/"``) relative to ``pixfeed/``;
+file (``"errors.py"``) or a folder (``"loaders/"``) relative to ``pixfeed/``;
 the most specific key wins, and a module that no key covers fails the test.
 
 Only ``import`` statements count (anywhere in a module, inside functions too).
@@ -22,23 +22,22 @@ from typing import Iterator, Optional, Tuple
 
 import pixfeed
 
-CORE, FORMATS, LOADERS, TOOLS = range(4)
+BASE, IMAGE, CONTRACT, FORMATS, LOADERS, TOOLS = range(6)
 LAYERS = {
-    # core: records, manifest, format registry and on-disk layouts, decode, checksums, the machine,
-    # its memory, the distributed world, per-sample seeds, storage (URLs, the local cache of remote datasets),
-    # shared helpers
-    "__init__.py": CORE, "errors.py": CORE, "checksum.py": CORE, "record.py": CORE, "manifest.py": CORE,
-    "registry.py": CORE, "sample.py": CORE, "decode.py": CORE, "_fastdecode.py": CORE,
-    "_jpeghead.py": CORE, "_regiondecode.py": CORE, "decodepool.py": CORE, "geometry.py": CORE, "cpus.py": CORE, "world.py": CORE,
-    "pagecache.py": CORE, "batchbuffers.py": CORE,
-    "texttable.py": CORE, "_progress.py": CORE, "layouts/": CORE, "words.py": CORE, "storage.py": CORE,
-    "storage_options.py": CORE, "cache.py": CORE, "seeds.py": CORE, "memory.py": CORE, "_memlimit.py": CORE,
-    "fields/": CORE, "sources/": CORE, "sample_index.py": CORE,
-    "chunkcache.py": CORE, "chunkio.py": CORE, "bucketspeed.py": CORE, "keyindex.py": CORE, "chunkfile.py": CORE, "chunked.py": CORE,
+    # base: errors, what the machine gives (CPUs, memory, cgroup limits, the distributed world),
+    # words and tables for the console, checksums, per-sample seeds
+    "errors.py": BASE, "machine/": BASE, "console/": BASE, "checksum.py": BASE, "seeds.py": BASE,
+    # image: every path from stored bytes to pixels, and the geometry of resizes and crops
+    "image/": IMAGE,
+    # contract: records, manifest, format registry and on-disk layouts, typed fields, keys, the sources a
+    # pack reads, where datasets are stored (URLs, the local cache of remote datasets, chunked reads), samples
+    "__init__.py": CONTRACT, "record.py": CONTRACT, "manifest.py": CONTRACT, "registry.py": CONTRACT,
+    "keyindex.py": CONTRACT, "layouts/": CONTRACT, "fields/": CONTRACT, "storage/": CONTRACT,
+    "sources/": CONTRACT, "sample.py": CONTRACT, "sample_index.py": CONTRACT, "decode.py": CONTRACT,
     # formats: writers, readers, and checking a packed dataset
-    "packers/": FORMATS, "datasets/": FORMATS, "verify.py": FORMATS,
+    "packers/": FORMATS, "datasets/": FORMATS, "verify/": FORMATS,
     "loaders/": LOADERS,
-    "cli.py": TOOLS, "verify_cli.py": TOOLS, "bench/": TOOLS, "diagnose/": TOOLS,
+    "cli.py": TOOLS, "verify/cli.py": TOOLS, "bench/": TOOLS, "diagnose/": TOOLS,
 }
 PACKAGE = Path(pixfeed.__file__).parent
 
@@ -82,7 +81,7 @@ def imported(root: Path, path: str, node: ast.AST) -> Iterator[str]:
     if isinstance(node, ast.Import):
         yield from (a.name for a in node.names if a.name.split(".")[0] == "pixfeed")
     elif isinstance(node, ast.ImportFrom) and (base := from_module(path, node)):
-        subs = (f"{base}.{alias.name}" for alias in node.names)  # ``from pixfeed import cpus``: pixfeed.cpus
+        subs = (f"{base}.{alias.name}" for alias in node.names)  # ``from pixfeed import machine``: pixfeed.machine
         yield from dict.fromkeys(sub if module_path(root, sub) else base for sub in subs)
 
 
@@ -130,18 +129,80 @@ def test_the_check_finds_upward_sideways_private_and_unassigned(tmp_path):
     for path in ("__init__.py", "loaders/__init__.py", "loaders/plan.py", "packers/__init__.py"):
         write(tmp_path, path)
     write(tmp_path, "errors.py", "def f():\n    from .loaders.plan import x\n")   # core -> loaders, in a function
-    write(tmp_path, "cpus.py", "from pixfeed import loaders\n")                   # absolute, a package
+    write(tmp_path, "machine/cpus.py", "from pixfeed import loaders\n")           # absolute, a package
     write(tmp_path, "packers/mmap.py", "from ..loaders import plan\nfrom .. import errors\n")  # relative, 2 up
     write(tmp_path, "loaders/shm.py", "import pixfeed.packers\nfrom . import plan\n")  # downward and sideways: fine
     write(tmp_path, "bench/report.py", "from pixfeed.bench import chart\nfrom ..loaders import plan\n")  # fine
     write(tmp_path, "bench/chart.py")
     write(tmp_path, "diagnose/doctor.py", "from pixfeed.bench.report import x\n")  # one tool uses another
-    write(tmp_path, "diagnose/system.py", "from pixfeed.cpus import _read, __doc__\n")  # a private name
+    write(tmp_path, "diagnose/system.py", "from pixfeed.machine.cpus import _read, __doc__\n")  # a private name
     write(tmp_path, "packers/_tar.py")
     write(tmp_path, "packers/wds.py", "from . import _tar\n")  # a private module of its package: fine
     write(tmp_path, "newthing.py")
     assert sorted(bad_imports(tmp_path)) == [
-        ("cpus.py", 1, "pixfeed.loaders"), ("diagnose/doctor.py", 1, "pixfeed.bench.report"),
-        ("diagnose/system.py", 1, "pixfeed.cpus._read (private)"),
-        ("errors.py", 2, "pixfeed.loaders.plan"), ("newthing.py", 0, "(no layer: add it to LAYERS)"),
+        ("diagnose/doctor.py", 1, "pixfeed.bench.report"),
+        ("diagnose/system.py", 1, "pixfeed.machine.cpus._read (private)"),
+        ("errors.py", 2, "pixfeed.loaders.plan"), ("machine/cpus.py", 1, "pixfeed.loaders"), ("newthing.py", 0, "(no layer: add it to LAYERS)"),
         ("packers/mmap.py", 1, "pixfeed.loaders.plan")]
+
+
+def import_graph(root: Path) -> dict:
+    """module path -> the pixfeed module paths it imports (anywhere in it, functions too)."""
+    graph = {}
+    for path in modules(root):
+        tree = ast.parse((root / path).read_text(encoding="utf-8"), path)
+        targets = (module_path(root, m) for node in ast.walk(tree) for m in imported(root, path, node))
+        graph[path] = {t for t in targets if t is not None and t != path}
+    return graph
+
+
+def circles(graph: dict) -> list:
+    """Every group of modules that reach each other through imports (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_modules_import_each_other():
+    """A package's ``__init__`` importing its submodules is the one exception it needs (a submodule
+    importing a sibling goes through the package); none of pixfeed's does so both ways."""
+    assert circles(import_graph(PACKAGE)) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_function(tmp_path):
+    write(tmp_path, "__init__.py")
+    write(tmp_path, "a.py", "from . import b\n")
+    write(tmp_path, "b.py", "def f():\n    from .c import x\n")
+    write(tmp_path, "c.py", "import pixfeed.a\n")
+    write(tmp_path, "d.py", "from . import a\n")
+    assert circles(import_graph(tmp_path)) == [["a.py", "b.py", "c.py"]]
+
+
+def test_the_core_lies_in_rooms():
+    """At most 14 modules lie flat in ``pixfeed/``; every room (a folder) is named in ``LAYERS``."""
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= 14, flat
+    rooms = sorted(f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert [r for r in rooms if r not in LAYERS] == []

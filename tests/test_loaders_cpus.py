@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pixfeed import cpus
+from pixfeed.machine import cpus
 from pixfeed.loaders import make_loader
 from pixfeed.loaders._testing import ArrayDataset, random_images
 from pixfeed.loaders.plan import choose_workers

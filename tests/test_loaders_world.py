@@ -13,7 +13,7 @@ from torch.utils.data import DistributedSampler, IterableDataset
 
 from pixfeed.loaders import make_loader
 from pixfeed.loaders._testing import ArrayDataset, random_images
-from pixfeed.world import World
+from pixfeed.machine.world import World
 
 COUNT = 37
 

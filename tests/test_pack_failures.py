@@ -20,7 +20,7 @@ from pixfeed import registry
 from pixfeed.errors import OutputError
 from pixfeed.packers import pack
 from pixfeed.packers.mmap import MmapWriter
-from pixfeed.verify import verify
+from pixfeed.verify.check import verify
 
 CASES = [(f, s) for f in sorted(registry.FORMATS) for s in ("pixels", "encoded")]
 

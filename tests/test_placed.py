@@ -14,7 +14,7 @@ from pixfeed.checksum import FileHasher, file_hash
 from pixfeed.packers.placed import PlacedFile
 from pixfeed.packers.records import Record
 from pixfeed.packers.writer import TaskResult
-from pixfeed.verify import verify
+from pixfeed.verify.check import verify
 
 
 def records(blobs):

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from conftest import make_tree
-from pixfeed import memory
+from pixfeed.machine import memory
 from pixfeed.datasets import open_dataset
 from pixfeed.diagnose.storage import check_cache
 from pixfeed.errors import CorruptDataError, OptionError
@@ -19,8 +19,8 @@ from pixfeed.loaders import cacheplan, make_loader, readahead
 from pixfeed.loaders.order import quasi_random
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.packers import pack
-from pixfeed.pagecache import Extents, will_need
-from pixfeed.world import World
+from pixfeed.storage.pagecache import Extents, will_need
+from pixfeed.machine.world import World
 
 FORMATS = [(f, s) for f in ("mmap", "lmdb", "hdf5") for s in ("pixels", "encoded")]
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from pixfeed import _regiondecode
-from pixfeed.decode import decode
+from pixfeed.image import region as _regiondecode
+from pixfeed.image.decode import decode
 from pixfeed.errors import ImageDecodeError
 from conftest import write_image
 
@@ -124,7 +124,7 @@ def test_the_decoder_says_nothing_about_missing_cuda_libraries(tmp_path):
 
     write_image(tmp_path / "src" / "a.jpg", size=(64, 48))
     code = ("import pixfeed, torch; ds = pixfeed.open_dataset(sys.argv[1], size=16, crop='random');"
-            "[ds[i] for i in range(len(ds))]; from pixfeed import _regiondecode as r; print(r.stats())")
+            "[ds[i] for i in range(len(ds))]; from pixfeed.image import region as r; print(r.stats())")
     from pixfeed import pack
 
     pack(tmp_path / "src", tmp_path / "ds", "mmap", store="encoded")
@@ -138,7 +138,7 @@ def test_the_decoder_says_nothing_about_missing_cuda_libraries(tmp_path):
 def test_quietly_passes_other_output_on(capfd):
     import os
 
-    from pixfeed._regiondecode import quietly
+    from pixfeed.image.region import quietly
 
     def noisy():
         os.write(2, b"\x1b[0;31m[ERROR] \x1b[0m[nvjpeg-ext] Failed to load nvJPEG library or retrieve version. "

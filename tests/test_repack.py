@@ -9,7 +9,7 @@ import pixfeed
 from conftest import make_tree
 from fieldtree import FIELDS, make_field_tree
 from pixfeed.errors import CorruptDataError, OptionError
-from pixfeed.verify import verify
+from pixfeed.verify.check import verify
 
 FIELD_OPTS = dict(field=[f for f in FIELDS[1::2] if ":" in f], per_box="box_cls")
 
@@ -120,7 +120,7 @@ def test_a_repack_into_a_format_without_shapes_parses_nothing_it_checked_under_a
     stricter --max-pixels, a fuller check, or a source that records no limit parses them again."""
     import json
     from conftest import write_image
-    from pixfeed import _jpeghead
+    from pixfeed.image import jpeghead as _jpeghead
     from pixfeed.packers import records
 
     src = make_tree(tmp_path / "src", per_class=3)

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from conftest import fail_record_at, make_tree
-from pixfeed import cache
+from pixfeed.storage import cache
 from pixfeed.datasets import WdsImageDataset, open_dataset
 from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, SourceError, StorageError
 from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
-from pixfeed.storage import Store
+from pixfeed.storage.store import Store
 
 FORMATS = [("mmap", {"size": 16}), ("lmdb", {}), ("hdf5", {"store": "pixels", "size": 12}),
            ("wds", {"shard_size": 4})]
@@ -102,7 +102,7 @@ def flip_byte(url, name, options, at=600) -> None:
 
 
 def test_flipped_byte_in_bucket_is_found_by_verify_and_readers(tree, tmp_path, bucket, s3_server):
-    from pixfeed.verify import verify
+    from pixfeed.verify.check import verify
 
     so = s3_server.options
     pack(tree, f"{bucket}/wds", "wds", shard_size=4, shuffle=False, storage_options=so)
@@ -158,7 +158,7 @@ def test_cli_pack_info_verify_on_urls(tree, bucket, s3_server, monkeypatch, caps
 
 STAGE = """
 import json, sys
-from pixfeed import cache
+from pixfeed.storage import cache
 from pixfeed.manifest import read_manifest
 real = cache._download
 cache._download = lambda *args: print("downloading", flush=True) or real(*args)

@@ -20,7 +20,7 @@ from pixfeed.datasets import open_dataset
 from pixfeed.errors import CorruptDataError
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.packers import pack
-from pixfeed.world import World
+from pixfeed.machine.world import World
 
 BIG, SMALL, DISTINCT = 200_000, 10_000, 500
 PER_RECORD_BOUND = 20  # bytes a record (the bound): a list of Python ints costs at least 36 (a pointer and an int)

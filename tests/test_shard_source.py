@@ -18,7 +18,7 @@ from pixfeed import registry
 from pixfeed.cli import main
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import OptionError, SourceError
-from pixfeed.storage import Store
+from pixfeed.storage.store import Store
 from pixfeed.packers import pack
 
 CASES = [(f, s) for f in sorted(registry.FORMATS) for s in ("pixels", "encoded")]

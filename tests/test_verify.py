@@ -14,10 +14,10 @@ from torch.utils.data import IterableDataset
 
 from pixfeed import registry
 from pixfeed.datasets import open_dataset
-from pixfeed.decode import decode
+from pixfeed.image.decode import decode
 from pixfeed.errors import CorruptDataError, DatasetError, PixfeedError
 from pixfeed.packers import pack
-from pixfeed.verify import verify
+from pixfeed.verify.check import verify
 
 CASES = [(f, s) for f in sorted(registry.FORMATS) for s in ("pixels", "encoded")]
 KEY = "dog/img1"  # an RGB PNG in make_tree

@@ -21,11 +21,11 @@ from wild import BAD, png_bytes, write_bad, write_good
 
 from pixfeed import registry
 from pixfeed.datasets import open_dataset
-from pixfeed.decode import decode
+from pixfeed.image.decode import decode
 from pixfeed.errors import PixfeedError
 from pixfeed.packers import pack
 from pixfeed.sources.folder import scan
-from pixfeed.verify import verify
+from pixfeed.verify.check import verify
 
 SIZE = 24
 CASES = [(f, s) for f in sorted(registry.FORMATS) for s in ("pixels", "encoded")]

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..bucketspeed import measure
-from ..texttable import table
+from ..storage.bucketspeed import measure
+from ..console.texttable import table
 
 READ_LIMIT = 256 * 2**20
 

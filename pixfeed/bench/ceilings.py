@@ -2,7 +2,7 @@
 
 * ``memcopy``: one process copying a large NumPy array (bytes copied per
   second, best of several): the limit for formats that store pixels.
-* ``decode``: ``pixfeed.decode.decode`` + resize + center crop over the
+* ``decode``: ``pixfeed.image.decode.decode`` + resize + center crop over the
   source's encoded bytes already in memory, split over N forked processes that
   start together; no dataset, loader or IPC: the limit for encoded formats
   (and, with the pack's process count, for packing pixels).
@@ -24,7 +24,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from ..decode import Size, decode
+from ..image.decode import Size, decode
 
 MEMCOPY_BYTES = 128 << 20  # far beyond the CPU caches, small enough to allocate quickly
 REPEATS = 5

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from ..decode import parse_size
+from ..image.decode import parse_size
 
 log = logging.getLogger(__name__)
 COLOURS = {"files": "#999999", "encoded": "#4c72b0", "pixels": "#dd8452"}

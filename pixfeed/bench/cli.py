@@ -14,8 +14,8 @@ from typing import List, Union
 from ..errors import OptionError
 from ..manifest import STORES
 from ..registry import FORMATS
-from ..storage import is_url
-from ..storage_options import add_argument, options_from_args
+from ..storage.store import is_url
+from ..storage.options import add_argument, options_from_args
 
 
 def _names(value: str, allowed: tuple, what: str) -> List[str]:

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from ..cpus import available_cpus
+from ..machine.cpus import available_cpus
 
 
 def _cpu_model() -> str:

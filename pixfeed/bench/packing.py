@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
-from .. import pagecache
-from ..decode import Size
+from ..storage import pagecache
+from ..image.decode import Size
 from .ceilings import bracket
 from .procstats import ProcUsage
 

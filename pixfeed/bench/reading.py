@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..decode import CROP_RATIO, Size, resize
+from ..image.decode import CROP_RATIO, Size, resize
 from ..sources.folder import Source
 from .ceilings import bracket
 from .procstats import ProcUsage

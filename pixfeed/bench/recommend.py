@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..decode import parse_size
-from ..words import human_bytes, plural
+from ..image.decode import parse_size
+from ..console.words import human_bytes, plural
 
 NOISE = {"pixels": 0.5, "encoded": 0.15}  # run-to-run swings of a row's images/s on a shared machine
 CROP_SIZE = 256  # the usual stored size for 224-pixel random-resized crops

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from ..manifest import write_json_atomic
-from ..texttable import table
-from ..words import human_bytes, plural
+from ..console.texttable import table
+from ..console.words import human_bytes, plural
 from .machine import summary
 
 READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline",

@@ -25,9 +25,9 @@ from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
-from .. import pagecache
-from ..cpus import available_cpus
-from ..decode import parse_size
+from ..storage import pagecache
+from ..machine.cpus import available_cpus
+from ..image.decode import parse_size
 from ..errors import OptionError
 from ..loaders import make_loader
 from ..manifest import STORES

@@ -3,11 +3,11 @@ per-process handles, checksum checks on read, and turning stored records into
 ``(image, label)``.
 
 * ``path`` may be a URL (``s3://...``; ``storage_options=`` as in
-  pixfeed.storage): formats with ``streams`` (wds) read it directly; the
-  others are first copied to the local cache (pixfeed.cache: ``cache_dir=``,
+  pixfeed.storage.store): formats with ``streams`` (wds) read it directly; the
+  others are first copied to the local cache (pixfeed.storage.cache: ``cache_dir=``,
   ``cache_limit=``) and ``path`` is that copy, except mmap and HDF5 datasets
   larger than ``cache_limit``: their data file is read through a bounded
-  chunk cache (pixfeed.chunked: ``chunk_bytes=``, ``storage_timeout=``).
+  chunk cache (pixfeed.storage.chunked: ``chunk_bytes=``, ``storage_timeout=``).
 * Constructing a dataset reads only ``pixfeed.json``.  Data files are opened
   on first access in each process (the owning pid is kept beside the handle),
   and ``__getstate__`` drops the handle, so datasets pickle and fork safely.
@@ -26,7 +26,7 @@ per-process handles, checksum checks on read, and turning stored records into
   a crop does not depend on the worker that made it; ``deterministic`` says
   when reading draws no random numbers at all.
 * Encoded records: a center crop is torchvision's ``Resize(floor(S / crop_ratio))``
-  + ``CenterCrop(S)`` (``crop_ratio`` default 224/256; see ``pixfeed.geometry``).
+  + ``CenterCrop(S)`` (``crop_ratio`` default 224/256; see ``pixfeed.image.geometry``).
   Stored pixels were resized at pack time: ``size=`` smaller than them is a
   CenterCrop of them, so ``crop_ratio`` is refused there.
 * ``exact`` means what it means in ``decode`` (same default, False): True
@@ -43,19 +43,20 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from .. import batchbuffers
+from ..image import buffers as batchbuffers
 from ..checksum import record_hash
-from ..decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
-from ..geometry import center_slices, check_crop_ratio
-from .. import decodepool, keyindex
+from ..image.decode import CROP_MODES, CROP_RATIO, decode, parse_size, random_resized_crop, resize
+from ..image.geometry import center_slices, check_crop_ratio
+from ..image import pool as decodepool
+from .. import keyindex
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, Location, OptionError
-from ..chunkcache import TIMEOUT
-from ..chunked import open_remote
-from ..chunkfile import ChunkFile
+from ..storage.chunkcache import TIMEOUT
+from ..storage.chunked import open_remote
+from ..storage.chunkfile import ChunkFile
 from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
-from ..pagecache import Extents
-from ..storage import Store, is_url, join, local_path
+from ..storage.pagecache import Extents
+from ..storage.store import Store, is_url, join, local_path
 from .fieldvalues import FieldValues, sample_rng
 
 
@@ -71,7 +72,7 @@ class ImageRecords(FieldValues):
                  storage_timeout: float = TIMEOUT, fields: Optional[Sequence[str]] = BUILTIN):
         self.manifest = read_manifest(path, storage_options)
         self.remote = Store(path, storage_options) if is_url(path) else None
-        self.chunks = None  # a ChunkCache when the data file is read through chunks (pixfeed.chunked)
+        self.chunks = None  # a ChunkCache when the data file is read through chunks (pixfeed.storage.chunked)
         if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
             self.path, self.chunks = open_remote(path, self.manifest, storage_options, cache_dir, cache_limit,
                                                  chunk_bytes, storage_timeout)
@@ -87,7 +88,7 @@ class ImageRecords(FieldValues):
             raise OptionError("crop='random' needs size=, the output size of the random-resized crop")
         self.transform, self.size, self.crop = transform, parse_size(size), crop
         self.checksums = _checksums(checksums, verify)
-        self.exact = exact  # as in decode: False = the fast path (see pixfeed.decode, rule 6)
+        self.exact = exact  # as in decode: False = the fast path (see pixfeed.image.decode, rule 6)
         self.classes: Optional[List[str]] = self.manifest["classes"]
         self.store: str = self.manifest["store"]
         self.crop_ratio = self._crop_ratio(crop_ratio)
@@ -329,7 +330,7 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels); with
         ``fields=`` (a tuple with the image, and no field that follows its geometry), the fields in
         that order, each collated as ``make_loader`` collates them.  ``threads``: decode the batch's
-        images on that many threads (``pixfeed.decodepool``; make_loader's ``decode_threads``)."""
+        images on that many threads (``pixfeed.image.pool``; make_loader's ``decode_threads``)."""
         if self.fixed_shape is None:
             raise DatasetError(f"{self.path}: images have different sizes (pass size=), or fields={self.fields} "
                                "need per-sample reads; read it by index or through make_loader")

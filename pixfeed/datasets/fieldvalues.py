@@ -1,7 +1,7 @@
 """Turning a record's stored image and field bytes into what a reader returns, geometry shared.
 
 When a reader returns fields that follow the image (mask, image, boxes) and
-resizes (``size=``), one plan (``pixfeed.geometry.Plan``) is drawn per sample,
+resizes (``size=``), one plan (``pixfeed.image.geometry.Plan``) is drawn per sample,
 with the same random draws the image alone would take, and applied to all of
 them: the image through its decode path, masks with nearest neighbour, boxes
 mapped and clipped, with the boxes a crop leaves empty dropped together with
@@ -14,12 +14,12 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from .. import geometry
-from ..decode import apply_plan, decode, oriented_size
+from ..image import geometry
+from ..image.decode import apply_plan, decode, oriented_size
 from ..errors import CorruptDataError, Location
 from ..fields import codec, picture
 from ..fields.array import transform
-from ..geometry import Plan
+from ..image.geometry import Plan
 from ..seeds import index_rng
 
 

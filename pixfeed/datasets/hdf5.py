@@ -5,9 +5,9 @@ from typing import Optional
 
 import numpy as np
 
-from .. import batchbuffers
+from ..image import buffers as batchbuffers
 from ..layouts import hdf5 as layout
-from ..pagecache import Extents
+from ..storage.pagecache import Extents
 from .base import MapImageDataset
 
 

@@ -7,7 +7,7 @@ child closes the ones it inherited before opening its own.
 
 LMDB reads through a memory map of the whole file, so every page a process
 touches counts in its RSS.  When the dataset does not fit in the page cache
-this process may keep (``pixfeed.memory.fits_in_page_cache``), the reader drops
+this process may keep (``pixfeed.machine.memory.fits_in_page_cache``), the reader drops
 its mapped pages after each ``UNMAP_EVERY`` bytes read
 (``pagecache.unmap_pages``; they stay in the page cache until reclaimed, and
 the next touch maps them back).  A dataset that fits keeps its mapping: mapping
@@ -24,11 +24,11 @@ import weakref
 
 import numpy as np
 
-from .. import batchbuffers
+from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError
 from ..layouts.lmdb import DATA, record_key
-from ..memory import fits_in_page_cache
-from ..pagecache import Extents, mapping_base, unmap_pages
+from ..machine.memory import fits_in_page_cache
+from ..storage.pagecache import Extents, mapping_base, unmap_pages
 from ..record import Header, field_table, parse
 from .base import MapImageDataset
 

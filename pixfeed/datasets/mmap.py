@@ -1,7 +1,7 @@
 """Reader of the memory-mapped format (layout: pixfeed.layouts.mmap).
 
 Two ways to read a record, chosen when a process opens the dataset
-(``pixfeed.memory.fits_in_page_cache`` of its files):
+(``pixfeed.machine.memory.fits_in_page_cache`` of its files):
 
 * the dataset fits in the page cache this process may keep: out of a memory
   map, one copy per record (8 GB/s warm for 256x256 records here, against
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import batchbuffers
+from ..image import buffers as batchbuffers
 from ..checksum import record_hash
-from ..chunkfile import npy_layout, read_at, readinto_at
+from ..storage.chunkfile import npy_layout, read_at, readinto_at
 from ..errors import CorruptDataError
 from ..layouts import mmap as layout
-from ..memory import fits_in_page_cache
-from ..pagecache import Extents
+from ..machine.memory import fits_in_page_cache
+from ..storage.pagecache import Extents
 from .base import MapImageDataset
 
 

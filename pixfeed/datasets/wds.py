@@ -46,7 +46,7 @@ exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 count.  Local shards are read by a walk of their tar headers
 (``pixfeed.sources._tarwalk``; ``_walk`` groups members as webdataset does),
 URLs with webdataset's tar iterators; webdataset's decoders are never used,
-bytes become pixels only in ``pixfeed.decode``.
+bytes become pixels only in ``pixfeed.image.decode``.
 
 A URL dataset (``s3://...``) is streamed: each shard is read front to back
 through one fsspec file (sequential GETs, an 8 MiB read-ahead buffer), never
@@ -76,9 +76,9 @@ from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs
 from ..sources import _tarwalk
-from ..storage import join
-from ..storage_options import mask
-from ..world import World
+from ..storage.store import join
+from ..storage.options import mask
+from ..machine.world import World
 from .base import ImageRecords
 
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)

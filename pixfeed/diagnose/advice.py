@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
-from pixfeed import _jpeghead
+from pixfeed.image import jpeghead as _jpeghead
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class InUse:
     @classmethod
     def of(cls, loader: Any) -> "InUse":
         from pixfeed.loaders.batch import BatchReader
-        from pixfeed.cpus import available_cpus
+        from pixfeed.machine.cpus import available_cpus
 
         dataset = getattr(loader, "dataset", None)
         batch_path = isinstance(dataset, BatchReader)

@@ -1,7 +1,7 @@
 """How fast a dataset in a bucket reads (``pixfeed doctor s3://...``).
 
 The figures (GET latency, one stream, parallel GETs) are measured by
-``pixfeed/bucketspeed.py``; the advice follows what is there: for WebDataset
+``pixfeed/storage/bucketspeed.py``; the advice follows what is there: for WebDataset
 shards, how many to read at once (DataLoader workers x ranks) for the
 parallel rate; for a map-style dataset, how long its copy into the node's
 cache takes (it is read locally after that); for an image prefix, the rate a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from pixfeed import bucketspeed, cache
+from pixfeed.storage import bucketspeed, cache
 from pixfeed.diagnose.finding import OK, WARN, Finding, size
 from pixfeed.errors import PixfeedError
 from pixfeed.manifest import read_manifest

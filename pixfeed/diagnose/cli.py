@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from pixfeed.errors import OptionError
-from pixfeed.storage import is_url
-from pixfeed.storage_options import add_argument, options_from_args
-from pixfeed.words import plural
+from pixfeed.storage.store import is_url
+from pixfeed.storage.options import add_argument, options_from_args
+from pixfeed.console.words import plural
 
 DEFAULT_SIZE = 224  # profile's size for datasets of mixed image sizes, as most training reads them
 
@@ -51,7 +51,7 @@ def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int,
     """(batch bytes, workers make_loader would use when that is known here, the dataset's store) for doctor:
     a dataset's own image size and store (a URL's from its manifest: nothing is copied to find out)."""
     from pixfeed.datasets import open_dataset
-    from pixfeed.decode import parse_size
+    from pixfeed.image.decode import parse_size
     from pixfeed.errors import PixfeedError
     from pixfeed.manifest import read_manifest
 

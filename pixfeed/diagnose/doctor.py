@@ -15,15 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
-from pixfeed import _jpeghead
+from pixfeed.image import jpeghead as _jpeghead
 from pixfeed.diagnose import bucket, devices, fetch, storage, system
-from pixfeed.texttable import table
+from pixfeed.console.texttable import table
 from pixfeed.diagnose.finding import INFO, OK, Finding, size
-from pixfeed.cpus import CGROUP_ROOT, available_cpus
-from pixfeed.memory import page_cache_room
+from pixfeed.machine.cpus import CGROUP_ROOT, available_cpus
+from pixfeed.machine.memory import page_cache_room
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR
-from pixfeed.storage import is_url
+from pixfeed.storage.store import is_url
 
 DEFAULT_BATCH_BYTES = 256 * 3 * 224 * 224  # a batch of 256 ImageNet-sized uint8 images
 PREFETCH = 2

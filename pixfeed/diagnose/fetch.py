@@ -1,7 +1,7 @@
 """The fetch plan of a bucket dataset read through a chunk cache (``pixfeed doctor URL --cache-limit 200GB``).
 
 Opens the dataset as training would (``cache_limit``: small files staged, the
-data file read through chunks, ``pixfeed.chunked``) and builds the loaders of a
+data file read through chunks, ``pixfeed.storage.chunked``) and builds the loaders of a
 full shuffle and of ``order="quasi_random"``; each plan's forecast
 (``loaders/fetchplan.py``) says the bytes epoch 0 fetches.  No epoch is read.
 """
@@ -14,7 +14,7 @@ from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
 
 def check_fetch(url: str, storage_options: Optional[dict], cache_limit, batch_size: int,
                 image_size=None) -> Finding:
-    from pixfeed.chunked import data_file, parse_bytes
+    from pixfeed.storage.chunked import data_file, parse_bytes
     from pixfeed.datasets import open_dataset
     from pixfeed.loaders import make_loader
     from pixfeed.manifest import read_manifest

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
-from pixfeed.texttable import table
+from pixfeed.console.texttable import table
 from pixfeed.diagnose.advice import InUse, for_copy, for_stage
-from pixfeed.words import plural
+from pixfeed.console.words import plural
 
 INPUT_BOUND = 0.10
 SLOW_COPY = 0.010

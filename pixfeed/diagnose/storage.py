@@ -2,7 +2,7 @@
 
 The files are a pixfeed dataset's data files (from its manifest) or, for any
 other folder, every file below it; the first of them, up to ``limit`` bytes,
-are read in order twice with ``pixfeed.pagecache.read_rate``:
+are read in order twice with ``pixfeed.storage.pagecache.read_rate``:
 
 * cold: the files are first evicted from the page cache (``fsync`` +
   ``posix_fadvise(POSIX_FADV_DONTNEED)``).  The kernel may keep pages (tmpfs,
@@ -17,7 +17,7 @@ as a latency spike (a network or FUSE mount that pauses), which stalls
 training however fast the average is.
 
 ``check_cache`` compares all the files' bytes with the page cache this process
-may keep (``pixfeed.memory.page_cache_room``), by ``make_loader``'s own rule
+may keep (``pixfeed.machine.memory.page_cache_room``), by ``make_loader``'s own rule
 (``loaders/cacheplan.py``): epochs after the first are served from the page
 cache, or every epoch from the disk.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from pixfeed.pagecache import CHUNK, read_rate
+from pixfeed.storage.pagecache import CHUNK, read_rate
 from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
 from pixfeed.loaders.cacheplan import choose_storage
 from pixfeed.errors import PixfeedError

@@ -3,7 +3,7 @@
 Every probe takes the paths it reads (cgroup root, ``/proc/meminfo``, the
 shared-memory directory) so that tests can point it at fake files.
 
-* CPUs: ``pixfeed.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
+* CPUs: ``pixfeed.machine.cpus`` (affinity and cgroup quota) against ``os.cpu_count()``.
 * Memory: the cgroup limit (v2 ``memory.max``, v1 ``memory/memory.limit_in_bytes``;
   v1 reports "no limit" as a huge number) and what is free: ``MemAvailable``,
   or less when the cgroup's limit minus its usage is smaller.
@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from pixfeed import cpus
-from pixfeed.memory import MEMINFO, cgroup_memory, meminfo
+from pixfeed.machine import cpus
+from pixfeed.machine.memory import MEMINFO, cgroup_memory, meminfo
 from pixfeed.diagnose.finding import INFO, OK, WARN, Finding, size
 from pixfeed.loaders.plan import default_workers
 from pixfeed.loaders.shm import SHM_DIR, SHM_FRACTION

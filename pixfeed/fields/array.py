@@ -3,7 +3,7 @@
 The stored bytes are the array's raw bytes; the dtype and every dimension but
 a variable first one (N) come from the schema.  ``boxes`` is ``float32[N,4]``
 of xyxy boxes in the oriented source image's pixels; ``transform`` maps them
-through the image's geometry (``pixfeed.geometry.Plan``).
+through the image's geometry (``pixfeed.image.geometry.Plan``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 from ..errors import SourceError
-from ..geometry import Plan, Size
+from ..image.geometry import Plan, Size
 
 DTYPES = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
           "float16", "float32", "float64")

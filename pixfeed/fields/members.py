@@ -12,7 +12,7 @@ from typing import Tuple
 
 import numpy as np
 
-from ..decode import sniff
+from ..image.decode import sniff
 from ..errors import CorruptDataError, SourceError
 from ..layouts.wds import FIELD_EXTENSIONS
 from . import Field, array, picture, scalar

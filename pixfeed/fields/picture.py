@@ -2,7 +2,7 @@
 
 Both follow the main image's geometry: they must have its size (after EXIF
 orientation), or the pack fails naming both files, and get exactly its
-resize, crop box and flip (``pixfeed.geometry.Plan``).  A mask is resized with
+resize, crop box and flip (``pixfeed.image.geometry.Plan``).  A mask is resized with
 nearest neighbour (labels are never blended) and stored losslessly: an HxW
 uint8 array in pixels mode, a grayscale PNG in encoded mode.  A second image
 is stored as the main image is: RGB pixels, or its own JPEG/PNG bytes.
@@ -16,9 +16,9 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
-from ..decode import apply_plan, check_encoded, open_image, to_rgb
+from ..image.decode import apply_plan, check_encoded, open_image, to_rgb
 from ..errors import ImageDecodeError
-from ..geometry import Plan, Size
+from ..image.geometry import Plan, Size
 
 
 def load_mask(data: bytes, where: str, max_pixels=None) -> np.ndarray:

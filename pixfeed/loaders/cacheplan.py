@@ -2,7 +2,7 @@
 
 * ``storage``: ``"page cache"`` when the dataset's bytes (its manifest's files)
   fit in ``CACHE_FRACTION`` of the page cache this process may keep
-  (``pixfeed.memory.fits_in_page_cache``: ``MemAvailable``, or a cgroup's limit
+  (``pixfeed.machine.memory.fits_in_page_cache``: ``MemAvailable``, or a cgroup's limit
   minus its non-cache usage when smaller); ``"disk"`` otherwise: every epoch
   reads from storage (the readers then read without mapping the files), and
   ``order="quasi_random"`` may read it faster where random reads are slow.
@@ -22,8 +22,8 @@ from typing import Any, Optional
 
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.order import ORDERS, quasi_sizes
-from pixfeed.memory import CACHE_FRACTION, fits_in_page_cache, page_cache_room
-from pixfeed.pagecache import Extents
+from pixfeed.machine.memory import CACHE_FRACTION, fits_in_page_cache, page_cache_room
+from pixfeed.storage.pagecache import Extents
 
 MAX_IO_AHEAD = 256 << 20
 MIN_IO_AHEAD = 1 << 20

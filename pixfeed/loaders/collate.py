@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import default_collate, get_worker_info
 
 from pixfeed.fields.codec import column
-from pixfeed.world import accelerate_splits
+from pixfeed.machine.world import accelerate_splits
 
 
 def _hwc_view(x: Any) -> bool:

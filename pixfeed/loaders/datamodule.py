@@ -12,7 +12,8 @@ from typing import Any, Optional
 
 import lightning.pytorch as pl
 
-from pixfeed.loaders.loader import PixfeedLoader, make_loader
+from pixfeed.loaders.loader import PixfeedLoader
+from pixfeed.loaders.make import make_loader
 
 
 class PixfeedDataModule(pl.LightningDataModule):

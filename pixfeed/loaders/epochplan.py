@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pixfeed.loaders.readahead import Hinter
-from pixfeed.pagecache import Extents, resident_fraction
+from pixfeed.storage.pagecache import Extents, resident_fraction
 
 REMOTE_FILE_SYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre",
                                  "gpfs", "beegfs", "afs", "ncpfs", "davfs"})

@@ -1,6 +1,6 @@
 """Fetching a chunk-cached dataset's chunks in the sampler's order: ``Fetcher`` and ``attach``.
 
-For a dataset read through a chunk cache (``pixfeed.chunked``), the sampler's
+For a dataset read through a chunk cache (``pixfeed.storage.chunked``), the sampler's
 ``hints`` is a ``Fetcher`` instead of the page-cache ``Hinter``: as it hands
 out this rank's indices, a thread keeps the chunks of the next ``ahead`` bytes
 of records (at most half of the chunks ``cache_limit`` holds) requested, in
@@ -30,9 +30,9 @@ from typing import Any, Iterator, List
 
 import numpy as np
 
-from pixfeed.chunkcache import ChunkCache
+from pixfeed.storage.chunkcache import ChunkCache
 from pixfeed.loaders.order import as_ints
-from pixfeed.pagecache import Extents
+from pixfeed.storage.pagecache import Extents
 
 PARALLEL = 8      # chunk GETs in flight
 QUASI_CHUNKS = 4  # cache chunks per quasi-random chunk (their edges do not align: ~1/4 fetched twice)

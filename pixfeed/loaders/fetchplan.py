@@ -22,7 +22,7 @@ import numpy as np
 from pixfeed.loaders.cacheplan import mib
 from pixfeed.loaders.fetcher import QUASI_CHUNKS, Fetcher, Uses
 from pixfeed.loaders.sampler import ResumableSampler
-from pixfeed.pagecache import Extents
+from pixfeed.storage.pagecache import Extents
 
 DEFAULT_AHEAD = 256 << 20  # bytes of records fetched ahead when io_ahead is left to the page-cache rule
 

@@ -1,4 +1,5 @@
-"""``make_loader``: a real ``torch.utils.data.DataLoader`` with every "auto" option resolved.
+"""``build_loader``: a real ``torch.utils.data.DataLoader`` with every "auto" option resolved
+(``make_loader``, in ``make.py``, is the entry point).
 
 The rules live in ``plan.py`` (and ``shm.py`` for shared memory); the result
 is attached as ``loader.pixfeed_plan`` and prints as a table of choices and reasons.
@@ -33,8 +34,8 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from pixfeed.cpus import available_cpus
-from pixfeed.pagecache import Extents
+from pixfeed.machine.cpus import available_cpus
+from pixfeed.storage.pagecache import Extents
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders import cacheplan, epochplan, fetchplan, plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead
@@ -49,7 +50,7 @@ from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
 from pixfeed.loaders.threads import capped
 from pixfeed.loaders.watchdog import watched
-from pixfeed.world import Distributed, World
+from pixfeed.machine.world import Distributed, World
 
 
 class PixfeedLoader(DataLoader):
@@ -122,7 +123,7 @@ class PixfeedLoader(DataLoader):
         return world
 
 
-def make_loader(
+def build_loader(
     dataset: Any,
     batch_size: int,
     *,
@@ -141,26 +142,8 @@ def make_loader(
     decode_threads: Auto = "auto",
     training_threads: Auto = "auto",
 ) -> PixfeedLoader:
-    """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
-
-    ``shuffle`` and ``seed`` (default True and 0) order a map-style dataset through the sampler.
-    An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
-    (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
-    any other iterable dataset refuses them.  ``order="quasi_random"`` shuffles chunks of
-    consecutive records instead, for datasets larger than memory; ``io_ahead`` is the bytes of
-    records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
-    decodes each batch's images on that many threads where they are read (by default all usable
-    CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
-    batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.
-
-    ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
-    if num_workers == "tune":
-        from pixfeed.loaders.tune import tuned_loader  # tune builds its candidates with make_loader
-        return tuned_loader(dataset, batch_size, shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory,
-                            persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-                            read_ahead=read_ahead, seed=seed, distributed=distributed, stall_timeout=stall_timeout,
-                            order=order, io_ahead=io_ahead, decode_threads=decode_threads,
-                            training_threads=training_threads)
+    """``make_loader`` with its settings as given (``num_workers`` a number or "auto"): what the
+    tuner builds its candidates with."""
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)

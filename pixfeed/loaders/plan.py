@@ -15,7 +15,7 @@
   workers than batches one rank reads per epoch.
 * ``decode_threads``: with no workers (asked for, one CPU, or too little shared
   memory), a batch of encoded images decodes on one thread per usable CPU in
-  the training process (``pixfeed.decodepool``: the decoders and torch's resize
+  the training process (``pixfeed.image.pool``: the decoders and torch's resize
   release the GIL; 500 ImageNet JPEGs at 224 on 2 CPUs: 1.75x one thread, level
   with 2 workers); 1 in each worker.
 * ``training_threads``: with workers, torch's intra-op threads in the training
@@ -64,8 +64,8 @@ from torch.utils.data import IterableDataset
 from pixfeed.datasets.protocol import epoch_needs_fresh_workers, reads_in_process
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.batch import supports_batches
-from pixfeed.words import plural
-from pixfeed.world import World
+from pixfeed.console.words import plural
+from pixfeed.machine.world import World
 
 Auto = Union[str, int, bool, None]
 Choice = Tuple[Any, str]

@@ -42,7 +42,7 @@ from typing import Iterator, List, Optional
 import numpy as np
 
 from pixfeed.loaders.order import as_ints
-from pixfeed.pagecache import Extents, dont_need, will_need
+from pixfeed.storage.pagecache import Extents, dont_need, will_need
 
 REFILLS = 8  # the budget is topped up in steps of 1/REFILLS of it
 

@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 from torch.utils.data import DistributedSampler, IterableDataset, Sampler
 
-from pixfeed.world import Distributed, World
+from pixfeed.machine.world import Distributed, World
 
 
 class EpochSampler(Sampler):

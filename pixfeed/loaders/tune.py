@@ -24,12 +24,12 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from pixfeed.cpus import available_cpus
+from pixfeed.machine.cpus import available_cpus
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.collate import batch_images
-from pixfeed.loaders.loader import PixfeedLoader, make_loader
+from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.seeds import preserved_rngs
-from pixfeed.texttable import table
+from pixfeed.console.texttable import table
 
 BUDGET_S = 15.0
 MIN_BATCHES = 2
@@ -89,7 +89,7 @@ def measure(dataset: Any, batch_size: int, setting: Setting, seconds: float, **o
     deadline = time.perf_counter() + seconds
     with warnings.catch_warnings():  # more workers than CPUs is a deliberate candidate
         warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
-        loader = make_loader(dataset, batch_size, num_workers=workers, prefetch_factor=prefetch or "auto", **options)
+        loader = build_loader(dataset, batch_size, num_workers=workers, prefetch_factor=prefetch or "auto", **options)
         batches = _epochs(loader)
         for _ in range(max(1, workers)):
             next(batches)
@@ -128,7 +128,7 @@ def tuned_loader(dataset: Any, batch_size: int, prefetch_factor: Any = "auto", *
         [(0, None)] + [(w, prefetch_factor) for w in worker_counts(available_cpus())]
     tuning = autotune(dataset, batch_size, candidates=candidates, **options)
     best = tuning.best
-    loader = make_loader(dataset, batch_size, num_workers=best.num_workers,
+    loader = build_loader(dataset, batch_size, num_workers=best.num_workers,
                          prefetch_factor=best.prefetch_factor or "auto", **_for_workers(options, best.num_workers))
     loader.pixfeed_tuning = tuning
     loader.pixfeed_plan.reasons["num_workers"] = (f"autotuned: fastest of {len(tuning.candidates)} measured "

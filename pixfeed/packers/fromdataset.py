@@ -19,13 +19,13 @@ from typing import Callable, Iterator, Tuple
 
 import numpy as np
 
-from ..decode import pixel_limit
+from ..image.decode import pixel_limit
 from ..errors import OptionError
 from ..fields import array, picture
 from ..fields.codec import decode
 from ..manifest import MANIFEST_NAME, read_manifest
 from ..sources import Source
-from ..storage import is_url, local_path
+from ..storage.store import is_url, local_path
 from .options import STORE_ONLY
 from .records import Verified
 

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from ..decode import parse_size
+from ..image.decode import parse_size
 from ..errors import OptionError
 from ..manifest import STORES
 from ..registry import Format, format_options

@@ -27,13 +27,13 @@ import numpy as np
 
 from .. import __version__, keyindex, registry
 from ..checksum import ALGORITHM, file_hash
-from ..chunked import manifest_entry
+from ..storage.chunked import manifest_entry
 from ..errors import OptionError, OutputError, PixfeedError, SourceError
 from ..fields import per_box_fields
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..sources import Source, scan_source
 from ..sources.samples import from_inputs, function_name, scan_samples
-from ..storage import is_url, local_path
+from ..storage.store import is_url, local_path
 from . import interrupt
 from .executors import LocalExecutor, make_executor, run_tasks
 from .fieldparts import FieldParts
@@ -63,7 +63,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
          executor="local", address: Optional[str] = None, task_cpus: Optional[float] = None, **options) -> dict:
     """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
 
-    ``src`` and ``dst`` may be URLs (``s3://bucket/prefix``; see pixfeed.storage,
+    ``src`` and ``dst`` may be URLs (``s3://bucket/prefix``; see pixfeed.storage.store,
     and pixfeed.packers.upload for a bucket DST).  Options are the fields of
     PackOptions (``store``, ``size``, ``workers``, ``on_error``, ``overwrite``,
     ...); one that ``format`` does not take (as ``shard_size`` for hdf5) raises

@@ -26,7 +26,7 @@ from typing import Iterable, List, Optional
 import numpy as np
 
 from ..checksum import FileHasher
-from ..chunkcache import CHUNK_BYTES
+from ..storage.chunkcache import CHUNK_BYTES
 from . import _files
 from ._files import copy_range, write_placed
 from .records import Record

@@ -34,9 +34,9 @@ from typing import Callable, Iterator, List, Optional
 import numpy as np
 import ray
 
-from ..cpus import available_cpus
+from ..machine.cpus import available_cpus
 from ..errors import OptionError
-from .executors import Executor, run_task
+from .tasks import Executor, run_task
 from .writer import TaskResult, Writer
 
 MAX_RETRIES = 3

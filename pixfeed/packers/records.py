@@ -1,7 +1,7 @@
 """The record contract: one source image turned into a record.
 
 ``load_record`` is the only place a pack reads a source file: it applies the
-decode rules of ``pixfeed.decode`` (pixels mode) or checks the encoded bytes
+decode rules of ``pixfeed.image.decode`` (pixels mode) or checks the encoded bytes
 (header, end marker, CRCs, bomb limit) and optionally re-encodes them
 (``--max-side``), and computes the xxh3_64 checksum every format stores.  The
 record carries what writers need to know of the source (its shape, unless
@@ -21,9 +21,9 @@ import numpy as np
 from PIL import Image
 
 from ..checksum import record_hash
-from ..decode import EXTENSIONS, check_encoded, decode, decode_for_pack, pixel_limit, probed, sniff
+from ..image.decode import EXTENSIONS, check_encoded, decode, decode_for_pack, pixel_limit, probed, sniff
 from ..errors import Location, SourceError
-from ..geometry import Plan
+from ..image.geometry import Plan
 from ..sources.folder import Source
 from .fieldrecords import pack_fields
 from .options import PackOptions

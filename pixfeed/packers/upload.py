@@ -22,7 +22,7 @@ from typing import Dict, Iterable, Optional
 
 from ..errors import OptionError, StorageError
 from ..manifest import MANIFEST_NAME
-from ..storage import Store
+from ..storage.store import Store
 from . import interrupt
 
 MARKER = ".pixfeed-packing"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..errors import OptionError
-from ..storage import Store, is_url
+from ..storage.store import Store, is_url
 from .folder import Source, scan
 from .index import scan_index
 from .shards import is_shards, scan_shards

@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import SourceError
-from ..storage import Store, is_url, join, local_path
+from ..storage.store import Store, is_url, join, local_path
 
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png")
 FETCH = 64  # objects fetched at once per pack task from a URL source

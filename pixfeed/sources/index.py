@@ -27,7 +27,7 @@ from ..errors import OptionError, PixfeedError, SourceError
 from ..fields import Field, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import parse
 from .folder import Source
-from ..storage import Store, is_url, local_path
+from ..storage.store import Store, is_url, local_path
 from .infer import class_index, index_classes, infer
 from .tables import read_table
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import OptionError, SourceError
 from ..fields import Field, parse_field_option, parse_type
-from ..storage import Store, is_url, local_path
+from ..storage.store import Store, is_url, local_path
 from . import _tarwalk
 from .folder import Source
 from .infer import index_classes

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from pixfeed.cpus import CGROUP_ROOT, read_setting
+from pixfeed.machine.cpus import CGROUP_ROOT, read_setting
 
 MEMINFO = Path("/proc/meminfo")
 PROC_CGROUP = Path("/proc/self/cgroup")

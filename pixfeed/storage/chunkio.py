@@ -10,7 +10,7 @@ from typing import List
 
 import xxhash
 
-from .errors import CorruptDataError, PixfeedError, StorageError
+from ..errors import CorruptDataError, PixfeedError, StorageError
 
 
 def verified(cache, k: int) -> bytes:

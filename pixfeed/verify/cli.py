@@ -1,11 +1,11 @@
 """``pixfeed verify DST [--deep]``: the command over ``verify.verify``, with a progress bar."""
 from __future__ import annotations
 
-from ._progress import Bar, shown
-from .manifest import read_manifest
-from .storage_options import add_argument, options_from_args
-from .verify import verify
-from .words import plural
+from ..console.progress import Bar, shown
+from ..manifest import read_manifest
+from ..storage.options import add_argument, options_from_args
+from .check import verify
+from ..console.words import plural
 
 
 def cmd_verify(args) -> int:

@@ -1,5 +1,5 @@
 """Storage options: ``--storage-option KEY=VALUE``, the defaults pixfeed adds for
-S3, and masking secrets in text (see pixfeed.storage)."""
+S3, and masking secrets in text (see pixfeed.storage.store)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import os
 import re
 from typing import Iterable, Optional
 
-from .errors import OptionError
+from ..errors import OptionError
 
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 _SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|^key$|access_key", re.I)

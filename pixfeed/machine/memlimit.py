@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from pixfeed.memory import own_cgroups
+from pixfeed.machine.memory import own_cgroups
 
 
 def cgroup_parent() -> Optional[Path]:

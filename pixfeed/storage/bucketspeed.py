@@ -17,10 +17,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, Optional, Tuple
 
-from pixfeed import cache
+from pixfeed.storage import cache
 from pixfeed.errors import PixfeedError
 from pixfeed.manifest import read_manifest
-from pixfeed.storage import Store
+from pixfeed.storage.store import Store
 
 PINGS = 8
 STREAM_LIMIT = 64 * 2**20

@@ -4,7 +4,7 @@ A dataset in a bucket larger than ``cache_limit`` is not copied whole: its data
 file (mmap's ``images.npy`` / ``data.bin``, HDF5's ``data.h5``) is read through
 ``CHUNK_BYTES`` byte ranges, each fetched once per node by one ranged GET.
 
-Layout, inside the dataset's cache folder (``pixfeed.cache``'s, holding the
+Layout, inside the dataset's cache folder (``pixfeed.storage.cache``'s, holding the
 small files)::
 
     chunks/FILE.K          chunk K of FILE: bytes [K * chunk, (K + 1) * chunk), complete and verified
@@ -15,7 +15,7 @@ small files)::
 
 * Every process of the node (ranks, their DataLoader workers, the fetch
   thread) shares the folder.  A chunk appears only by ``rename`` after its
-  bytes matched their xxh3_64 (the list from ``pixfeed.chunked``): a reader
+  bytes matched their xxh3_64 (the list from ``pixfeed.storage.chunked``): a reader
   never sees a partial or unverified chunk, and a chunk unlinked by eviction
   stays readable to a reader that had opened it.
 * Room: before a GET, the writer reserves the chunk's size under
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from . import chunkio
-from .errors import OutputError, PixfeedError, StorageError
-from .storage import Store
+from ..errors import OutputError, PixfeedError, StorageError
+from .store import Store
 
 CHUNK_BYTES = 16 << 20  # ~0.2 s of one S3 stream: the request latency is <20% of a GET; ~12k chunks for 200 GB
 TIMEOUT = 60.0          # seconds a chunk may keep failing before StorageError
@@ -54,7 +54,7 @@ class ChunkCache:
         self.store, self.name, self.size, self.chunk, self.limit, self.timeout = store, name, size, chunk, limit, timeout
         self.folder = Path(folder) / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.hashes: List[str] = []  # one xxh3_64 per chunk, set by pixfeed.chunked
+        self.hashes: List[str] = []  # one xxh3_64 per chunk, set by pixfeed.storage.chunked
         self.stats: Counter = Counter()  # this process: gets, bytes, retries, refetches, evicted
         self.policy: Optional[Victims] = None  # this process's fetcher's eviction order, for its readers too
 

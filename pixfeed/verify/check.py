@@ -21,11 +21,11 @@ from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .checksum import file_hash, stream_hash
-from .decode import check_encoded, decode
-from .errors import PixfeedError
-from .manifest import read_manifest
-from .storage import Store, is_url, join, local_path
+from ..checksum import file_hash, stream_hash
+from ..image.decode import check_encoded, decode
+from ..errors import PixfeedError
+from ..manifest import read_manifest
+from ..storage.store import Store, is_url, join, local_path
 
 _CHUNK = 64
 Progress = Optional[Callable[[int], object]]
@@ -107,8 +107,8 @@ def _check_count(root, manifest: dict, remote: Optional[Store]) -> Iterator[str]
 
 def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
                    storage_options: Optional[dict]) -> Iterator[str]:
-    from .datasets import open_dataset
-    from .datasets.protocol import CheckedReads
+    from ..datasets import open_dataset
+    from ..datasets.protocol import CheckedReads
 
     try:
         ds = open_dataset(str(root), checksums=True, storage_options=storage_options, fields=None)

@@ -28,10 +28,10 @@ from typing import Optional
 
 import xxhash
 
-from .checksum import file_hash
-from .errors import CorruptDataError, DatasetNotFoundError
-from .manifest import MANIFEST_NAME, write_json_atomic
-from .storage import Store
+from ..checksum import file_hash
+from ..errors import CorruptDataError, DatasetNotFoundError
+from ..manifest import MANIFEST_NAME, write_json_atomic
+from .store import Store
 
 CHUNK = 16 << 20      # bytes per ranged GET
 PARALLEL = 16         # GETs in flight
@@ -144,5 +144,5 @@ def _size(folder: Path) -> int:
         try:
             total += p.stat().st_size if p.is_file() else 0
         except FileNotFoundError:
-            pass  # a chunk of a chunk cache evicted or renamed meanwhile (pixfeed.chunkcache)
+            pass  # a chunk of a chunk cache evicted or renamed meanwhile (pixfeed.storage.chunkcache)
     return total

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional, Tuple
 
-from .errors import OptionError
+from ..errors import OptionError
 
 Size = Tuple[int, int]  # (H, W)
 Box = Tuple[int, int, int, int]  # (left, top, right, bottom)

@@ -4,7 +4,7 @@
 
 * the mmap format (both store modes) and HDF5, with ``cache_limit`` smaller
   than the dataset: the small files (manifest, labels, checksums, offsets,
-  keys) are staged whole (``pixfeed.cache``) and the one data file is read
+  keys) are staged whole (``pixfeed.storage.cache``) and the one data file is read
   through a ``ChunkCache`` in the same folder;
 * otherwise (no limit, the dataset fits in it, or LMDB, whose reader maps its
   file and cannot read it through ranges) the whole dataset is staged as before.
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from .cache import stage
-from .checksum import FileHasher
+from ..checksum import FileHasher
 from .chunkcache import CHUNK_BYTES, TIMEOUT, ChunkCache
 from .chunkio import flock
-from .errors import CorruptDataError, DatasetNotFoundError, OptionError
-from .manifest import write_json_atomic
-from .storage import Store
+from ..errors import CorruptDataError, DatasetNotFoundError, OptionError
+from ..manifest import write_json_atomic
+from .store import Store
 
 DATA_FILES = {"mmap": ("images.npy", "data.bin"), "hdf5": ("data.h5",)}
 PARALLEL = 8  # chunk GETs in flight while hashing a file

@@ -30,12 +30,11 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
-import torch
 
-from . import _jpeghead, _regiondecode
-from .decode import check_limit, open_image, sniff, to_rgb
+from . import jpeghead as _jpeghead, region as _regiondecode
+from .pillow import check_limit, open_image, sniff, to_rgb
 from .geometry import Plan, Size, plan
-from .errors import ImageDecodeError
+from ..errors import ImageDecodeError
 
 DCT_MARGIN = 2
 _ORIENT = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1],
@@ -128,6 +127,8 @@ def resize_uint8(arr: np.ndarray, wh: Tuple[int, int], scales: Tuple[float, floa
     after they started never gets back (the resize then waits for ever), and which spin beside the
     decode threads."""
     out = np.empty((wh[1], wh[0], arr.shape[2]), np.uint8)
+    import torch  # here, not at the top: packing decodes without loading torch
+
     x, y = (torch.from_numpy(a).permute(2, 0, 1).unsqueeze(0) for a in (np.ascontiguousarray(arr), out))
     torch.ops.aten._upsample_bilinear2d_aa.out(x, [wh[1], wh[0]], False, scales[0], scales[1], out=y)
     return out

@@ -7,7 +7,7 @@ else it resolves.  ``file://`` URLs and plain paths stay local paths.
 * Credentials and endpoint come from the usual places (``AWS_ACCESS_KEY_ID`` /
   ``AWS_SECRET_ACCESS_KEY``, ``~/.aws``, ``AWS_ENDPOINT_URL_S3`` or
   ``AWS_ENDPOINT_URL`` for S3-compatible stores), and ``storage_options``
-  (CLI: ``--storage-option KEY=VALUE``; pixfeed.storage_options) for anything else.
+  (CLI: ``--storage-option KEY=VALUE``; pixfeed.storage.options) for anything else.
 * S3 requests time out (connect 5 s, read 30 s without a byte) and transient
   failures (timeouts, 5xx, throttling) are retried with backoff: botocore makes
   3 attempts per try and s3fs up to 5 tries.  A dead endpoint surfaces as an
@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
-from .errors import DatasetNotFoundError, PixfeedError, StorageError
-from .storage_options import mask, with_defaults
+from ..errors import DatasetNotFoundError, PixfeedError, StorageError
+from .options import mask, with_defaults
 
 _FILESYSTEMS: dict = {}  # (pid, protocol, options) -> filesystem; a forked child keeps its parent's unused
 

@@ -1,0 +1,113 @@
+"""Pillow's side of the decode rules (``decode``'s docstring): the format allow-list read from the
+magic bytes, the decompression-bomb limit, EXIF orientation and RGB conversion, and the rendering
+of a geometry ``Plan``.  Both decode paths (``decode``'s exact one and ``fast``) stand on these."""
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from typing import Optional
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from ..errors import ImageDecodeError
+from .geometry import Plan, Size
+
+FORMATS = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG\r\n\x1a\n"}
+EXTENSIONS = {"JPEG": "jpg", "PNG": "png"}
+def sniff(data: bytes) -> Optional[str]:
+    """The image format named by the magic bytes ("JPEG" or "PNG"), else None."""
+    for name, magic in FORMATS.items():
+        if data[: len(magic)] == magic:
+            return name
+    return None
+
+
+def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Image.Image:
+    """Open JPEG/PNG bytes with Pillow, enforcing the format allow-list and the bomb limit."""
+    if not data:
+        raise ImageDecodeError(f"{where}: empty file (0 bytes)")
+    fmt = sniff(data)
+    if fmt is None:
+        raise ImageDecodeError(f"{where}: not a JPEG or PNG file (starts with {bytes(data[:8])!r})")
+    limit = pixel_limit(max_pixels)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data), formats=[fmt])
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        if limit is None or limit > (Image.MAX_IMAGE_PIXELS or 0):
+            img = _open_unbounded(data, fmt, where)
+        else:
+            raise ImageDecodeError(f"{where}: {e}; raise the limit with --max-pixels if the image is trusted") from None
+    except Exception as e:  # Pillow raises many types on bad headers
+        raise _header_error(where, fmt, e) from None
+    check_limit(*img.size, where, max_pixels)
+    return img
+
+
+def pixel_limit(max_pixels: Optional[int] = None) -> Optional[int]:
+    """The decompression-bomb limit ``max_pixels`` means: Pillow's own for None (None: no limit)."""
+    return Image.MAX_IMAGE_PIXELS if max_pixels is None else max_pixels
+
+
+def check_limit(w: int, h: int, where: str, max_pixels: Optional[int] = None) -> None:
+    """Raise ImageDecodeError when w x h exceeds the decompression-bomb limit."""
+    limit = pixel_limit(max_pixels)
+    if limit is not None and w * h > limit:
+        raise ImageDecodeError(f"{where}: {w}x{h} = {w * h} pixels exceeds the decompression-bomb limit of "
+                               f"{limit} pixels; raise it with --max-pixels if the image is trusted")
+
+
+def _header_error(where: str, fmt: str, e: Exception) -> ImageDecodeError:
+    """Pillow's message without the in-memory buffer it names (``<_io.BytesIO object at 0x...>``
+    differs from run to run and means nothing to the reader)."""
+    text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-f]+>", "", str(e))
+    return ImageDecodeError(f"{where}: cannot read {fmt} header ({type(e).__name__}: {text})")
+
+
+def _open_unbounded(data: bytes, fmt: str, where: str) -> Image.Image:
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        return Image.open(io.BytesIO(data), formats=[fmt])
+    except Exception as e:
+        raise _header_error(where, fmt, e) from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
+
+
+def to_rgb(img: Image.Image, where: str) -> Image.Image:
+    """Load, apply EXIF orientation and convert to RGB by the rules above."""
+    try:
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
+            arr = np.asarray(img).astype(np.int64)
+            img = Image.fromarray(np.clip(arr >> 8, 0, 255).astype(np.uint8), "L")
+        elif img.mode == "F":
+            img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
+        return img if img.mode == "RGB" else img.convert("RGB")
+    except ImageDecodeError:
+        raise
+    except Exception as e:
+        raise ImageDecodeError(f"{where}: cannot decode image ({type(e).__name__}: {e})") from None
+
+
+def apply_plan(img: Image.Image, p: Plan, size: Size, resample=Image.BILINEAR) -> Image.Image:
+    """Pillow's rendering of a geometry ``Plan``: crop the box, resize, crop or pad, flip
+    (``resample=Image.NEAREST`` for label images: masks)."""
+    H, W = size
+    if p.box is not None:
+        img = img.crop(p.box)
+    if img.size != p.scaled:
+        img = img.resize(p.scaled, resample)
+    (ox, oy), (sw, sh) = p.offset, p.scaled
+    if sw >= W and sh >= H:
+        img = img if (sw, sh) == (W, H) else img.crop((ox, oy, ox + W, oy + H))
+    else:
+        canvas = Image.new(img.mode, (W, H))
+        canvas.paste(img, (ox, oy))
+        img = canvas
+    return img.transpose(Image.FLIP_LEFT_RIGHT) if p.flip else img

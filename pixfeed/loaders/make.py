@@ -1,0 +1,55 @@
+"""``make_loader``: pixfeed's DataLoader for a dataset, every "auto" option resolved.
+
+The one entry point: ``num_workers="tune"`` goes to the tuner (``tune.py``), which measures
+candidates built by ``loader.build_loader``; anything else is built directly.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pixfeed.loaders import plan as rules
+from pixfeed.loaders.loader import PixfeedLoader, build_loader
+from pixfeed.loaders.plan import Auto
+from pixfeed.loaders.tune import tuned_loader
+from pixfeed.machine.world import Distributed
+
+
+def make_loader(
+    dataset: Any,
+    batch_size: int,
+    *,
+    shuffle: Optional[bool] = None,
+    drop_last: bool = False,
+    num_workers: Auto = "auto",
+    pin_memory: Auto = "auto",
+    persistent_workers: Auto = "auto",
+    prefetch_factor: Auto = "auto",
+    read_ahead: Auto = "auto",
+    seed: Optional[int] = None,
+    distributed: Distributed = "auto",
+    stall_timeout: float = rules.STALL_TIMEOUT,
+    order: str = "random",
+    io_ahead: Auto = "auto",
+    decode_threads: Auto = "auto",
+    training_threads: Auto = "auto",
+) -> PixfeedLoader:
+    """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
+
+    ``shuffle`` and ``seed`` (default True and 0) order a map-style dataset through the sampler.
+    An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
+    (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
+    any other iterable dataset refuses them.  ``order="quasi_random"`` shuffles chunks of
+    consecutive records instead, for datasets larger than memory; ``io_ahead`` is the bytes of
+    records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
+    decodes each batch's images on that many threads where they are read (by default all usable
+    CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
+    batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.
+
+    ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
+    options = dict(shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory, persistent_workers=persistent_workers,
+                   prefetch_factor=prefetch_factor, read_ahead=read_ahead, seed=seed, distributed=distributed,
+                   stall_timeout=stall_timeout, order=order, io_ahead=io_ahead, decode_threads=decode_threads,
+                   training_threads=training_threads)
+    if num_workers == "tune":
+        return tuned_loader(dataset, batch_size, **options)
+    return build_loader(dataset, batch_size, num_workers=num_workers, **options)

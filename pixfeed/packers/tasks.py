@@ -1,0 +1,69 @@
+"""A pack task and what runs it: ``run_task`` (one slice of the source into records, handed to the
+writer) and ``Executor``, the base of the local and Ray executors (``executors.py``, ``ray_executor.py``)."""
+from __future__ import annotations
+
+from typing import Callable, Iterator, List, Sequence
+
+import numpy as np
+
+from ..errors import SourceError
+from .fieldparts import FieldParts
+from .records import Record, load_record
+from .writer import TaskResult, Writer
+
+
+def run_task(writer: Writer, task: int, indices) -> TaskResult:
+    """Pack the source images ``indices`` as task ``task``; return what the driver needs."""
+    result = TaskResult(task)
+
+    def records() -> Iterator[Record]:
+        for i, data in writer.source.fetch(indices):
+            try:
+                rec = load_record(writer.source, i, writer.opts, result.notes, data, writer.needs_shape)
+            except SourceError as e:
+                if writer.opts.on_error == "fail":
+                    raise
+                result.skipped.append({"path": writer.source.paths[i], "reason": str(e)})
+                continue
+            result.kept.append(rec.index)
+            result.checksums.append(rec.checksum)
+            result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)
+            if rec.fields:
+                result.field_lengths.append([len(b) for b in rec.fields.values()])
+                result.field_checksums.append(rec.field_checksums)
+                result.stored_bytes += sum(result.field_lengths[-1])
+            yield rec
+
+    stream = records()
+    if writer.source.schema and not writer.own_fields:
+        stream = FieldParts(writer.root).tee(task, stream)
+    result.extra = writer.write_task(task, indices, stream)
+    return result
+
+
+class Executor:
+    """Runs pack tasks.  ``with executor:`` holds what it needs (a cluster connection);
+    ``slots`` is how many tasks it runs at once (the plan's parallelism)."""
+
+    slots = 1
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def run(self, writer: Writer, tasks: List[np.ndarray]) -> Iterator[TaskResult]:
+        """Yield each task's result as it finishes; stop the others when closed early."""
+        raise NotImplementedError
+
+    def map(self, fn: Callable, items: Sequence) -> List:
+        """``fn(item)`` for every item, in the items' order as ``map`` gives them, run as the executor runs
+        tasks (``pack_samples``' function over its inputs, the walks of a pack's shards); inside
+        ``with executor:``.  The first item that raises stops the others."""
+        done = dict(self._as_done(lambda job: (job[0], fn(job[1])), list(enumerate(items))))
+        return [done[n] for n in range(len(done))]
+
+    def _as_done(self, fn: Callable, items: List) -> Iterator:
+        """``fn(item)`` for every item, yielded as each finishes."""
+        raise NotImplementedError
