@@ -22,7 +22,7 @@ def loader():
 
 
 def devices():
-    return ["cpu", "cuda"]  # "cuda" falls back to the CPU where there is none
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]  # "cuda" without CUDA raises (below)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -30,7 +30,7 @@ def test_converts_and_normalises(loader, device):
     prefetched = list(DevicePrefetcher(loader, device, mean=MEAN, std=STD))
     assert len(prefetched) == len(loader) == 3
     for (images, labels), (raw, raw_labels) in zip(prefetched, loader):
-        assert images.dtype == torch.float32 and images.device.type == (device if torch.cuda.is_available() else "cpu")
+        assert images.dtype == torch.float32 and images.device.type == device
         torch.testing.assert_close(images.cpu(), expected(raw))
         assert torch.equal(labels.cpu(), raw_labels)
 
@@ -58,6 +58,27 @@ def test_does_not_modify_float_input():
 def test_bad_normalisation_is_refused(loader, options, match):
     with pytest.raises(OptionError, match=match):
         DevicePrefetcher(loader, "cpu", **options)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda", 1)])
+def test_cuda_without_cuda_raises_naming_cuda(loader, monkeypatch, device):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(OptionError, match="CUDA is not available") as raised:
+        DevicePrefetcher(loader, device, mean=MEAN, std=STD)
+    assert "device='cpu'" in str(raised.value)
+
+
+def test_cuda_index_past_the_last_device_raises(loader, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(OptionError, match=r"no such CUDA device.*has 2 \(cuda:0 to cuda:1\)"):
+        DevicePrefetcher(loader, "cuda:2")
+
+
+def test_cpu_device_stays_on_the_cpu_whatever_cuda_says(loader, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    images, _ = next(iter(DevicePrefetcher(loader, torch.device("cpu"))))
+    assert images.device.type == "cpu" and images.dtype == torch.float32
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -9,8 +9,11 @@ uint8: a quarter of the bytes of a float32 batch.  The training stream waits
 for the side stream before it sees a batch, and ``record_stream`` keeps the
 caching allocator from reusing the memory too early.
 
-Without CUDA (asking for ``"cuda"`` then means the CPU) or with a CPU
-``device``, batches pass through with the same conversion on the CPU, so training code is the same everywhere.
+With a CPU ``device`` batches pass through with the same conversion on the CPU, so
+training code is the same everywhere.  A CUDA ``device`` where torch cannot use it (a
+CPU-only build, no device visible, an index past the last device) raises ``OptionError``
+naming CUDA when the prefetcher is made, as ``tensor.to("cuda")`` would: batches never
+silently stay on the CPU.
 
 ``mean`` and ``std`` are per channel, on the 0..1 scale (torchvision's
 ``(0.485, 0.456, 0.406)``); without them images are scaled to 0..1.
@@ -19,13 +22,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple
 
-import logging
-
 import torch
 
 from pixfeed.errors import OptionError
-
-logger = logging.getLogger(__name__)
 
 
 class DevicePrefetcher:
@@ -79,9 +78,18 @@ class DevicePrefetcher:
 
 
 def _usable(device: torch.device) -> torch.device:
-    if device.type == "cuda" and not torch.cuda.is_available():
-        logger.info("DevicePrefetcher: no CUDA here, batches stay on the CPU")
-        return torch.device("cpu")
+    """``device``, or OptionError naming CUDA when it is a CUDA device torch cannot use here."""
+    if device.type != "cuda":
+        return device
+    if not torch.cuda.is_available():
+        why = (f"this torch ({torch.__version__}) is built without CUDA" if torch.version.cuda is None
+               else f"torch (CUDA {torch.version.cuda}) sees no CUDA device: check the driver and CUDA_VISIBLE_DEVICES")
+        raise OptionError(f"DevicePrefetcher(loader, {str(device)!r}): CUDA is not available: {why}; "
+                          "pass device='cpu' to convert batches on the CPU")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise OptionError(f"DevicePrefetcher(loader, {str(device)!r}): no such CUDA device; this machine has "
+                          f"{count} (cuda:0 to cuda:{count - 1})")
     return device
 
 
