@@ -56,8 +56,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--store", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)} (default: all)")
     p.add_argument("--size", help="delivered image size S or HxW (default 224; a dataset URL of stored pixels: "
                    "its stored size)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64, help="make_loader batch size (default 64)")
+    p.add_argument("--epochs", type=int, default=2, help="epochs read per row, at least (the best counts; default 2)")
     p.add_argument("--workers", default="auto", help="make_loader num_workers: auto or N (default auto)")
     p.add_argument("--max-side", type=int, default=384,
                    help="one more encoded row, packed with --max-side N, to show its size and speed (0: none; default 384)")
