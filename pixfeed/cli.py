@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import __version__
 from .console.progress import shown
 from .errors import OptionError, PixfeedError
 from .layouts.hdf5 import COMPRESSIONS
@@ -62,12 +63,23 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
                    "with the boxes a crop leaves empty")
     # format-specific: refused by pack for a format that does not take them (pixfeed.registry)
     p.add_argument("--shard-size", type=int, help="wds: at most N samples per shard")
-    p.add_argument("--shard-bytes", type=int, help="wds: at most N bytes per shard")
+    p.add_argument("--shard-bytes", type=_bytes_argument, metavar="BYTES",
+                   help="wds: at most this many bytes per shard, e.g. 16MiB, 1GB or 50000000")
     p.add_argument("--seed", type=int, help="wds: seed of the pre-shard shuffle (default 0)")
     p.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False, help="wds: keep source order")
     p.add_argument("--compression", choices=COMPRESSIONS, help="hdf5, pixels mode: compress pixel chunks")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
     add_argument(p)
+
+
+def _bytes_argument(text: str) -> int:
+    """A byte count as --cache-limit takes it: 16777216, '16MiB', '1.5GB' (pixfeed.storage.chunked.parse_bytes)."""
+    from .storage.chunked import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except OptionError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected bytes, e.g. 16777216, 16MiB or 1GB") from None
 
 
 def _pack_options(args) -> dict:
@@ -244,9 +256,11 @@ def _out_folder(path: str, option: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pixfeed", description="Pack image folders into fast formats and feed them to GPUs.")
+    parser.add_argument("--version", action="version", version=f"pixfeed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("pack", help="pack an image folder into a dataset")
+    p = sub.add_parser("pack", help="pack images into a dataset: an image folder, an index file (--index), "
+                       "WebDataset shards or a pixfeed dataset, local or in a bucket")
     p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train); "
                    "WebDataset shards (a folder of .tar, a brace pattern train-{000..009}.tar, a bucket prefix); "
                    "or a pixfeed dataset to repack")
@@ -255,25 +269,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser("info", help="describe a packed dataset")
-    p.add_argument("path")
+    p.add_argument("path", help="packed dataset directory (or a URL, s3://bucket/prefix)")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     add_argument(p)
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("sample", help="write a synthetic photo-like ImageFolder sample")
-    p.add_argument("dir")
-    p.add_argument("--count", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("dir", help="folder to write the sample into (created if missing)")
+    p.add_argument("--count", type=int, default=200, help="number of images (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="random seed: the same seed writes the same images (default 0)")
     p.add_argument("--index", action="store_true", help="write images/, masks/ and index.csv with captions, "
                    "multi-labels, boxes and masks (for pixfeed pack --index) instead of an ImageFolder")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("demo", help="sample -> pack (mmap) -> DataLoader, with a summary")
     p.add_argument("--out", help="working folder, kept (default: a temporary folder, removed at the end)")
-    p.add_argument("--count", type=int, default=96)
-    p.add_argument("--size", default="224")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--count", type=int, default=96, help="number of sample images (default 96)")
+    p.add_argument("--size", default="224", help="stored pixel size S or HxW (default 224)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_demo)
 
     for spec in COMMANDS:
