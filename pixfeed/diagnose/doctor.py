@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from pixfeed.image import jpeghead as _jpeghead
-from pixfeed.diagnose import bucket, devices, fetch, storage, system
+from pixfeed.diagnose import bucket, devices, fetch, gpudecode, storage, system
 from pixfeed.console.texttable import table
 from pixfeed.diagnose.finding import INFO, OK, Finding, size
 from pixfeed.machine.cpus import CGROUP_ROOT, available_cpus
@@ -45,6 +45,7 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
                          f"{workers} workers x {PREFETCH} ready batches of {size(batch_bytes)}"),
         check_decode(store),
         devices.check_torch(),
+        gpudecode.check_gpu_decode(usable=gpudecode.gpu_path_check()),
         devices.check_bandwidth(batch_bytes),
         _check_storage(path, read_limit, storage_options) if path is not None else None,
         storage.check_cache(Path(path), page_cache_room(root=cgroup_root or CGROUP_ROOT, info=meminfo))
