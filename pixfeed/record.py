@@ -7,7 +7,7 @@ language can parse it.  The header is 40 bytes, little-endian, struct format
     offset  size  type     field
      0      4     bytes    magic     b"PXFR"
      4      1     uint8    version   2 (1: no field table; still read)
-     5      1     uint8    kind      0 raw (H x W x 3 uint8 RGB pixels), 1 jpeg, 2 png
+     5      1     uint8    kind      0 raw (H x W x 3 uint8 RGB pixels), 1 jpeg, 2 png, 3 webp
      6      2     uint16   reserved  0
      8      8     int64    label     class index, -1 for a flat source
     16      8     uint64   checksum  xxh3_64 of the stored bytes
@@ -37,11 +37,11 @@ FIELD_COUNT, FIELD_ENTRY = struct.Struct("<I"), struct.Struct("<IQ")
 MAGIC = b"PXFR"
 VERSION = 2
 VERSIONS = (1, 2)
-KINDS = ("raw", "jpeg", "png")
+KINDS = ("raw", "jpeg", "png", "webp")
 
 
 class Header(NamedTuple):
-    kind: str       # "raw" | "jpeg" | "png"
+    kind: str       # "raw" | "jpeg" | "png" | "webp"
     label: int
     checksum: int
     height: int

@@ -97,7 +97,7 @@ def test_fast_path_keeps_the_safety_rules(tmp_path, exact):
     data = encode(tmp_path, size=(100, 80))
     with pytest.raises(ImageDecodeError, match="decompression-bomb"):
         decode(data, max_pixels=7999, exact=exact)
-    with pytest.raises(ImageDecodeError, match="not a JPEG or PNG"):
+    with pytest.raises(ImageDecodeError, match="not a JPEG, PNG or WebP"):
         decode(b"GIF89a" + bytes(40), exact=exact)
     with pytest.raises(ImageDecodeError):
         decode(data[: len(data) // 2], exact=exact)

@@ -150,7 +150,7 @@ def test_worker_failure_leaves_no_destination_and_keeps_old(image_tree, tmp_path
 def test_bad_image_fails_by_default_and_is_skipped_on_request(image_tree, tmp_path):
     bad = image_tree / "dog" / "broken.jpg"
     bad.write_bytes(b"this is not an image")
-    with pytest.raises(SourceError, match="broken.jpg.*not a JPEG or PNG"):
+    with pytest.raises(SourceError, match="broken.jpg.*not a JPEG, PNG or WebP"):
         pixfeed.pack(image_tree, tmp_path / "ds", "mmap", size=8)
     assert not (tmp_path / "ds").exists()
     for store in ("pixels", "encoded"):
@@ -261,12 +261,12 @@ def test_packing_in_process_starts_no_thread_that_could_take_ctrl_c(image_tree, 
 
     monkeypatch.setattr(tqdm.tqdm, "monitor", None)  # as in a fresh process: a bar would start its monitor
     before, started = set(threading.enumerate()), []
-    real = executors.load_record
+    real = tasks.load_record
 
     def counting(*args):
         started.extend(t.name for t in threading.enumerate() if t not in before)
         return real(*args)
 
-    monkeypatch.setattr(executors, "load_record", counting)
+    monkeypatch.setattr(tasks, "load_record", counting)
     pixfeed.pack(image_tree, tmp_path / "ds", "mmap", size=8, workers=1, progress=True)
     assert started == [] and len(pixfeed.MmapImageDataset(tmp_path / "ds")) == len(scan(image_tree))

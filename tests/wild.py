@@ -114,7 +114,7 @@ BAD: Dict[str, Tuple[Callable[[Path], None], str]] = {
     "zero-byte": (lambda p: p.write_bytes(b""), "empty file (0 bytes)"),
     "truncated-jpeg": (_truncated("JPEG"), "truncated"),
     "truncated-png": (_truncated("PNG"), "PNG"),
-    "text-as-jpeg": (lambda p: p.write_text("hello, not an image\n"), "not a JPEG or PNG"),
+    "text-as-jpeg": (lambda p: p.write_text("hello, not an image\n"), "not a JPEG, PNG or WebP"),
     "bomb": (_bomb, "--max-pixels"),
     "broken-symlink": (lambda p: os.symlink("missing-target.jpg", p), "broken symbolic link"),
     "symlink-loop": (_loop, "symbolic link loop"),

@@ -38,7 +38,7 @@ def to_member(field: Field, data: bytes, store: str, size) -> Tuple[str, bytes]:
     if kind == "image":
         if store == "pixels":
             return "npy", _npy(np.frombuffer(data, np.uint8).reshape(*size, 3))
-        return ("png" if sniff(data) == "PNG" else "jpg"), data
+        return {"PNG": "png", "WEBP": "webp"}.get(sniff(data), "jpg"), data
     return FIELD_EXTENSIONS[kind], data
 
 

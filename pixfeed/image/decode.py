@@ -2,8 +2,9 @@
 
 Rules, the same at pack time (``--store pixels``) and at read time (encoded):
 
-1. Only the JPEG and PNG decoders are ever run, chosen from the file's magic
-   bytes, never from its name or from anything a dataset says.
+1. Only the JPEG, PNG and WebP decoders are ever run, chosen from the file's
+   magic bytes (WebP: ``RIFF`` and form type ``WEBP``), never from its name or
+   from anything a dataset says.  An animated WebP gives its first frame.
 2. Pillow's decompression-bomb limit stays on (``max_pixels``, default
    ``PIL.Image.MAX_IMAGE_PIXELS``); larger images raise ImageDecodeError.
 3. EXIF orientation (tags 2-8) is applied (``ImageOps.exif_transpose``).
@@ -82,7 +83,7 @@ def random_resized_crop(img: Image.Image, size: Size, rng: np.random.Generator) 
 def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop", crop: str = "center",
            crop_ratio: float = CROP_RATIO, rng: Optional[np.random.Generator] = None, where: str = "<bytes>",
            max_pixels: Optional[int] = None, exact: bool = False, plan: Optional[Plan] = None) -> np.ndarray:
-    """Decode JPEG/PNG bytes to a C-contiguous uint8 HxWx3 RGB array (possibly read-only).
+    """Decode JPEG, PNG or WebP bytes to a C-contiguous uint8 HxWx3 RGB array (possibly read-only).
 
     ``size`` None keeps the decoded size.  ``crop="center"`` with ``resize_mode``
     "crop" is torchvision's ``Resize(floor(S / crop_ratio))`` + ``CenterCrop(S)``;
@@ -147,7 +148,8 @@ def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, ful
     """Cheap validity check of encoded bytes; returns (format, (H, W) after orientation).
 
     Reads the header, applies the bomb limit, checks that a JPEG ends with its
-    EOI marker and that a PNG's chunk CRCs are intact up to IEND.  ``full``
+    EOI marker, that a PNG's chunk CRCs are intact up to IEND and (``open_image``)
+    that a WebP holds the bytes its RIFF header gives.  ``full``
     decodes every pixel as well.  A JPEG that the fast decoder reads as Pillow
     does (``probed``) is not opened with Pillow as well: 8 us an ImageNet JPEG
     against 56.

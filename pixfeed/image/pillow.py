@@ -14,23 +14,37 @@ from PIL import Image, ImageOps
 from ..errors import ImageDecodeError
 from .geometry import Plan, Size
 
-FORMATS = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG\r\n\x1a\n"}
-EXTENSIONS = {"JPEG": "jpg", "PNG": "png"}
+FORMATS = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG\r\n\x1a\n", "WEBP": b"RIFF"}  # WebP: RIFF....WEBP
+EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
+NAMES = "JPEG, PNG or WebP"  # what the allow-list holds, for messages
+
+
 def sniff(data: bytes) -> Optional[str]:
-    """The image format named by the magic bytes ("JPEG" or "PNG"), else None."""
+    """The image format named by the magic bytes ("JPEG", "PNG" or "WEBP": a RIFF container of form
+    type ``WEBP``), else None."""
     for name, magic in FORMATS.items():
-        if data[: len(magic)] == magic:
+        if data[: len(magic)] == magic and (name != "WEBP" or data[8:12] == b"WEBP"):
             return name
     return None
 
 
+def check_webp_length(data: bytes, where: str) -> None:
+    """A WebP's RIFF header gives the bytes that follow it: fewer is a truncated file (Pillow decodes
+    what there is of some without a word), more is what a RIFF reader ignores."""
+    declared = int.from_bytes(bytes(data[4:8]), "little") + 8
+    if len(data) < declared:
+        raise ImageDecodeError(f"{where}: truncated WebP ({len(data)} bytes of the {declared} its RIFF header gives)")
+
+
 def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Image.Image:
-    """Open JPEG/PNG bytes with Pillow, enforcing the format allow-list and the bomb limit."""
+    """Open JPEG, PNG or WebP bytes with Pillow, enforcing the format allow-list and the bomb limit."""
     if not data:
         raise ImageDecodeError(f"{where}: empty file (0 bytes)")
     fmt = sniff(data)
     if fmt is None:
-        raise ImageDecodeError(f"{where}: not a JPEG or PNG file (starts with {bytes(data[:8])!r})")
+        raise ImageDecodeError(f"{where}: not a {NAMES} file (starts with {bytes(data[:12])!r})")
+    if fmt == "WEBP":
+        check_webp_length(data, where)
     limit = pixel_limit(max_pixels)
     try:
         with warnings.catch_warnings():

@@ -6,9 +6,9 @@ file)::
     data.mdb      key b"%010d" % i (10 ASCII digits, record index, sorts in order)
                   value = 40-byte record header + stored bytes (``pixfeed.record``):
                     "<4sBBHqQIIQ": magic b"PXFR", version 1, kind (0 raw, 1 jpeg,
-                    2 png), reserved 0, label int64, xxh3_64 uint64 of the stored
+                    2 png, 3 webp), reserved 0, label int64, xxh3_64 uint64 of the stored
                     bytes, height uint32, width uint32, length uint64
-                  stored bytes: raw = H x W x 3 uint8 RGB; jpeg/png = the file
+                  stored bytes: raw = H x W x 3 uint8 RGB; jpeg/png/webp = the file
                   key b"__pixfeed__" = JSON {"format", "count", "store", "classes",
                     "record_header"} for plain-lmdb users (it sorts after the records)
     keys.json, keys.offsets.npy, keys.utf8, pixfeed.json   (the key index: pixfeed/keyindex.py)

@@ -54,7 +54,7 @@ import unicodedata
 from typing import List
 
 # the image member's extension by record encoding (pixfeed.packers.records.Record.encoding)
-MEMBER_EXTENSIONS = {"jpeg": "jpg", "png": "png", "raw": "npy"}
+MEMBER_EXTENSIONS = {"jpeg": "jpg", "png": "png", "webp": "webp", "raw": "npy"}
 LABEL_EXTENSION, META_EXTENSION = "cls", "json"
 FIELD_EXTENSIONS = {"int": "cls", "float": "txt", "str": "txt", "json": "json", "bytes": "bin",
                     "ndarray": "npy", "boxes": "npy", "mask": "png"}  # image: by store and format
@@ -67,7 +67,7 @@ def shard_name(shard: int) -> str:
 
 def image_extensions(store: str) -> tuple:
     """The image member extensions a ``store`` mode dataset holds."""
-    kinds = ("raw",) if store == "pixels" else ("jpeg", "png")
+    kinds = ("raw",) if store == "pixels" else ("jpeg", "png", "webp")
     return tuple(MEMBER_EXTENSIONS[k] for k in kinds)
 
 

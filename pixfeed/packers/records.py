@@ -43,7 +43,7 @@ class Record:
     key: str
     label: int
     data: Union[bytes, np.ndarray]  # encoded bytes, or HxWx3 uint8 pixels
-    encoding: str                   # "raw" (pixels), "jpeg" or "png"
+    encoding: str                   # "raw" (pixels), "jpeg", "png" or "webp"
     shape: Optional[tuple]          # (H, W) of the stored image (None: taken unparsed, load_record)
     checksum: int                   # xxh3_64 of the stored bytes
     source_shape: Optional[tuple]   # (H, W) of the source image, after EXIF orientation (None: as shape)
@@ -103,7 +103,7 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
 
 def _check_name(path: str, fmt, where, notes: List[str]) -> None:
     ext = os.path.splitext(path)[1].lower().lstrip(".")
-    if fmt and ext in ("jpg", "jpeg", "png") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
+    if fmt and ext in ("jpg", "jpeg", "png", "webp") and EXTENSIONS[fmt] != ext.replace("jpeg", "jpg"):
         notes.append(f"{where}: is a {fmt} file despite its .{ext} name; stored as {fmt}")
 
 
