@@ -45,16 +45,16 @@ def sized(store, size) -> dict:
 def fail_record_at(monkeypatch, index: int) -> None:
     """Make the pack's record loader raise RuntimeError("disk on fire") at source ``index``
     (in the workers too: they fork after the patch)."""
-    from pixfeed.packers import executors
+    from pixfeed.packers import tasks
 
-    real = executors.load_record
+    real = tasks.load_record
 
     def failing(source, i, *rest):
         if i == index:
             raise RuntimeError("disk on fire")
         return real(source, i, *rest)
 
-    monkeypatch.setattr(executors, "load_record", failing)
+    monkeypatch.setattr(tasks, "load_record", failing)
 
 
 @pytest.fixture

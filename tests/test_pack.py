@@ -14,7 +14,7 @@ import torch
 import pixfeed
 from pixfeed.datasets import MmapImageDataset
 from pixfeed.errors import CorruptDataError, DatasetError, OptionError, SourceError
-from pixfeed.packers import executors
+from pixfeed.packers import tasks
 from pixfeed.sources.folder import scan
 
 from conftest import fail_record_at, write_image, sized

@@ -218,20 +218,20 @@ def test_doctor_measures_a_bucket(tree, bucket, s3_server, capsys):
 
 
 def test_server_lost_mid_pack_leaves_no_manifest_and_the_next_pack_recovers(tree, bucket, s3_server, monkeypatch):
-    from pixfeed.packers import executors
+    from pixfeed.packers import tasks
     from s3server import CutProxy
 
     proxy, url = CutProxy(s3_server.port), f"{bucket}/ds"
     dying = {**s3_server.options, "endpoint_url": f"http://127.0.0.1:{proxy.port}",
              "config_kwargs": {"retries": {"max_attempts": 1}}}  # fail fast once it is gone
-    real = executors.load_record
+    real = tasks.load_record
 
     def cutting(source, i, *rest):
         if i == 8:
             proxy.cut()  # from here on the server is unreachable for the pack
         return real(source, i, *rest)
 
-    monkeypatch.setattr(executors, "load_record", cutting)
+    monkeypatch.setattr(tasks, "load_record", cutting)
     with pytest.raises(StorageError, match=f"{url}/"):
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=dying)
     monkeypatch.undo()  # the real record loader again
