@@ -15,6 +15,8 @@ when its condition holds:
   ``exact=False``: simplejpeg installed but the dataset asks for Pillow's path;
 * whole-batch reads: fixed-size images that are not on the batch path yet;
 * ``pin_memory=True``: the loader does not pin yet.
+* the 'gpu decode' line of ``pixfeed doctor``: when decoding on the GPU dominates
+  (after ``--max-side`` and stored pixels).
 
 When no remedy is left the advice says so, with what is in use.
 """
@@ -115,12 +117,17 @@ def own_code(u: InUse) -> Optional[str]:
     return "profile the dataset's __getitem__"
 
 
+def gpu_codec(u: InUse) -> Optional[str]:
+    return "check the 'gpu decode' line of 'pixfeed doctor' (nvImageCodec and nvJPEG built for torch's CUDA)"
+
+
 STAGE_RULES = {
     "read": ("reading dominates", (faster_storage, max_side, more_workers)),
     "decode": ("decoding dominates", (pixels_pack, max_side, fast_decode, more_workers)),
     "transform": ("the transform dominates", (gpu_transform, more_workers)),
     "collate": ("collate dominates", (batch_reads, more_workers)),
     "other": ("the dataset's own code dominates", (own_code, more_workers)),
+    "gpu decode": ("decoding on the GPU dominates", (max_side, pixels_pack, gpu_codec)),
     "wait": ("the loop waits for data", (more_workers, pixels_pack, max_side, fast_decode)),
 }
 

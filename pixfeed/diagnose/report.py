@@ -6,6 +6,10 @@
 * the dominant stage is the largest per-batch time among transfer and the
   wait split into read / decode / transform / collate / other by the shares
   that ``stages.sample_stages`` measured (just "wait" when it was not run).
+  Where the GPU decoder counted work during the measured steps, "gpu decode"
+  is its own stage: the decoder's seconds per batch, up to the wait (a decode
+  that overlapped the step kept no one waiting), and the rest of the wait is
+  split as above.
 * a copy to the device above ``SLOW_COPY`` (10 ms) per batch is flagged with
   the pinned-memory advice whatever the verdict.
 * the advice for each stage comes from ``advice.py``, given what the loader
@@ -20,6 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from pixfeed.console.texttable import table
 from pixfeed.diagnose.advice import InUse, for_copy, for_stage
+from pixfeed.diagnose.stages import GPU_STAGE
 from pixfeed.console.words import plural
 
 INPUT_BOUND = 0.10
@@ -33,6 +38,9 @@ class Step:
     transfer: float = 0.0
     compute: float = 0.0
     images: int = 0
+    gpu_decode: float = 0.0  # seconds the GPU decoder counted during this step (stages.gpu_stats)
+    gpu_decoded: int = 0     # images it decoded on the GPU
+    cpu_fallback: int = 0    # images it handed to the CPU decoder
 
 
 @dataclass
@@ -63,12 +71,28 @@ class StallReport:
             return UNMEASURED
         return "input-bound" if self.stall_fraction >= INPUT_BOUND else "compute-bound"
 
+    @property
+    def gpu_measured(self) -> bool:
+        """Whether the GPU decoder counted any work in the measured steps."""
+        return any(s.gpu_decode or s.gpu_decoded or s.cpu_fallback for s in self.steps)
+
     def per_batch(self) -> Dict[str, float]:
-        """Seconds per batch: the wait split by stage shares, then transfer and compute."""
+        """Seconds per batch: the GPU decode (when measured, up to the wait), the rest of the wait split by stage
+        shares, then transfer and compute."""
         n = max(1, len(self.steps))
         wait, staged = self.total("wait") / n, sum(self.stages.values())
-        split = {k: wait * v / staged for k, v in self.stages.items()} if staged else {"wait": wait}
+        gpu = min(self.total("gpu_decode") / n, wait) if self.gpu_measured else 0.0
+        rest = wait - gpu
+        split = {k: rest * v / staged for k, v in self.stages.items()} if staged else {"wait": rest}
+        if self.gpu_measured:
+            split = {GPU_STAGE: gpu, **split}
         return {**split, "transfer": self.total("transfer") / n, "compute": self.total("compute") / n}
+
+    def gpu(self) -> Dict[str, float]:
+        """What the GPU decoder counted over the measured steps: images, CPU fallbacks, seconds per batch."""
+        n = max(1, len(self.steps))
+        return {"gpu_decoded": self.total("gpu_decoded"), "cpu_fallback": self.total("cpu_fallback"),
+                "seconds_per_batch": self.total("gpu_decode") / n}
 
     @property
     def dominant(self) -> str:
@@ -105,13 +129,18 @@ class StallReport:
                 "stall_fraction": self.stall_fraction, "images_per_s": self.images_per_s, "bound": self.bound,
                 "dominant": self.dominant if self.steps else None, "in_use": asdict(self.in_use),
                 "ms_per_batch": {k: v * 1000 for k, v in self.per_batch().items()},
-                "stage_ms_sampled": {k: v * 1000 for k, v in self.stages.items()}, "advice": self.advice()}
+                "stage_ms_sampled": {k: v * 1000 for k, v in self.stages.items()}, "advice": self.advice(),
+                **({"gpu_decode": self.gpu()} if self.gpu_measured else {})}
 
     def __str__(self) -> str:
-        rows = [[f"wait: {part}" if part in self.stages else part, f"{seconds * 1000:.2f}",
+        rows = [[f"wait: {part}" if part in self.stages or part == GPU_STAGE else part, f"{seconds * 1000:.2f}",
                  f"{self.stages[part] * 1000:.2f}" if part in self.stages else ""]
                 for part, seconds in self.per_batch().items()]
         head = ("per batch", "ms in loop", "ms sampled in process")
         if not self.steps:
             return self.verdict
-        return "\n".join([self.verdict, *table(head, rows), *(f"-> {a}" for a in self.advice())])
+        counted = self.gpu()
+        gpu = ([f"GPU decode: {counted['gpu_decoded']} images on the GPU, {counted['cpu_fallback']} fell back to "
+                f"the CPU, {counted['seconds_per_batch'] * 1000:.2f} ms of decode per batch"]
+               if self.gpu_measured else [])
+        return "\n".join([self.verdict, *table(head, rows), *gpu, *(f"-> {a}" for a in self.advice())])

@@ -13,6 +13,12 @@ timer around each stage hook of the dataset:
 * other: the rest of the per-sample calls (the whole ``__getitem__`` for a
   dataset without pixfeed's hooks).
 
+Decoding on the GPU (``make_loader(..., device="cuda")``) happens where the batches are
+consumed, not in these hooks: ``gpu_stats`` reads ``pixfeed.image.gpu.stats()`` (images decoded on
+the GPU, CPU fallbacks, seconds of GPU decode in this process) and the stall meter takes its deltas
+per batch, so the report shows GPU decode as its own stage, ``GPU_STAGE``.  The module is read only
+when something already imported it: a loop that never decodes on the GPU costs nothing and shows nothing.
+
 An iterable dataset (WebDataset) is read the same way, its next samples in
 this process, with its shuffle buffer off on the copy.  Workers run the same code, so the shares carry over to them, while absolute
 times differ (workers run in parallel and compete for CPUs): the profiler
@@ -22,6 +28,7 @@ copy of the dataset, and the process's RNGs are restored afterwards.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from itertools import islice
 from functools import partial
@@ -35,6 +42,19 @@ from pixfeed.seeds import preserved_rngs
 
 STAGES = ("read", "decode", "transform", "collate", "other")
 HOOKS = {"read_stored": "read", "check_checksum": "read", "pixels": "decode", "transform": "transform"}
+GPU_STAGE = "gpu decode"
+GPU_COUNTS = ("gpu_decoded", "cpu_fallback", "gpu_seconds")
+
+
+def gpu_stats() -> Dict[str, float]:
+    """``pixfeed.image.gpu.stats()`` when that module is imported (by a loader that decodes on the GPU), else {}."""
+    gpu = sys.modules.get("pixfeed.image.gpu")
+    return dict(gpu.stats()) if gpu is not None else {}
+
+
+def gpu_delta(before: Dict[str, float], after: Dict[str, float]) -> Dict[str, float]:
+    """What the GPU decoder counted between two ``gpu_stats()``: images, fallbacks, seconds."""
+    return {name: after.get(name, 0) - before.get(name, 0) for name in GPU_COUNTS}
 
 
 def _timed(fn: Callable[..., Any], stage: str, seconds: Dict[str, float]) -> Callable[..., Any]:

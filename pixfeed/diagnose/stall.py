@@ -13,6 +13,9 @@ time inside ``to_device`` and the compute time (the rest, until the loop asks
 for the next batch).  With CUDA initialised it synchronises at both points,
 so compute includes the GPU work queued by the step and the wait is time the
 GPU really sat idle.  A ``DevicePrefetcher`` inside the loop counts as wait.
+Where batches are decoded on the GPU, each step also records the GPU decoder's
+seconds and images counted from the start of its wait to its end
+(``stages.gpu_stats``), whether that decode held the loop or overlapped the step.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import torch
 
 from pixfeed.diagnose.advice import InUse
 from pixfeed.diagnose.report import StallReport, Step
-from pixfeed.diagnose.stages import sample_stages
+from pixfeed.diagnose.stages import gpu_delta, gpu_stats, sample_stages
 from pixfeed.errors import require_int
 from pixfeed.loaders.collate import batch_images
 
@@ -54,6 +57,7 @@ class StallMeter:
         self.loader: Any = None
         self._open: Optional[Step] = None
         self._began = 0.0
+        self._gpu: dict = {}
 
     def __enter__(self) -> "StallMeter":
         return self
@@ -67,7 +71,7 @@ class StallMeter:
         batches = iter(loader)
         while True:
             self._close()
-            start = time.perf_counter()
+            self._gpu, start = gpu_stats(), time.perf_counter()
             try:
                 batch = next(batches)
             except StopIteration:
@@ -91,6 +95,10 @@ class StallMeter:
         _sync()
         step, self._open = self._open, None
         step.compute = time.perf_counter() - self._began - step.transfer
+        if self._gpu:
+            moved = gpu_delta(self._gpu, gpu_stats())
+            step.gpu_decode, step.gpu_decoded, step.cpu_fallback = (
+                moved["gpu_seconds"], int(moved["gpu_decoded"]), int(moved["cpu_fallback"]))
         self.steps.append(step)
 
     def report(self, stages: Optional[dict] = None, epochs: Optional[int] = None) -> StallReport:
