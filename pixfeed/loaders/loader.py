@@ -66,6 +66,7 @@ class PixfeedLoader(DataLoader):
         self.distributed = distributed
         self.pixfeed_progress = resume.Progress()
         self.pixfeed_resume_point: Optional[resume.Point] = None
+        self.pixfeed_device: Any = None  # make_loader(device=...): the stage that puts batches on it (device.py)
         self.epoch = 0
         self._warned = False
 
@@ -100,7 +101,10 @@ class PixfeedLoader(DataLoader):
         epochplan.decide(self)
         self.epoch += 1
         batches = watched(self, super().__iter__)
-        batches = ReadAhead(batches) if self.pixfeed_plan.read_ahead else batches
+        if self.pixfeed_device is not None:  # reads, decodes and copies the next batches in its own thread
+            batches = self.pixfeed_device(batches)
+        elif self.pixfeed_plan.read_ahead:
+            batches = ReadAhead(batches)
         batches = capped(batches, self.pixfeed_plan.training_threads)
         return self.pixfeed_progress.track(batches, self.epoch - 1, point)
 

@@ -5,8 +5,11 @@ candidates built by ``loader.build_loader``; anything else is built directly.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+import torch
+
+from pixfeed.loaders.device import check_output, device_loader
 from pixfeed.loaders import plan as rules
 from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.plan import Auto
@@ -32,6 +35,11 @@ def make_loader(
     io_ahead: Auto = "auto",
     decode_threads: Auto = "auto",
     training_threads: Auto = "auto",
+    device: Any = None,
+    dtype: torch.dtype = torch.uint8,
+    mean: Optional[Sequence[float]] = None,
+    std: Optional[Sequence[float]] = None,
+    memory_format: torch.memory_format = torch.channels_last,
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
 
@@ -45,11 +53,20 @@ def make_loader(
     CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
     batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.
 
-    ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``)."""
+    ``num_workers="tune"`` measures candidate settings first (``pixfeed.loaders.tune``).
+
+    ``device`` (None: batches stay on the CPU, as read): ``"cuda"``, ``"cuda:N"``, a ``torch.device`` or
+    ``"cpu"``: batches come out there, images as ``dtype`` (uint8, or float32/bfloat16/float16 normalised
+    by ``mean``/``std``, ImageNet's by default) in ``memory_format``; encoded images decode on the GPU and
+    stored pixels are cropped there where that pays (``pixfeed.loaders.device``; the plan's ``decode_on``)."""
     options = dict(shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory, persistent_workers=persistent_workers,
                    prefetch_factor=prefetch_factor, read_ahead=read_ahead, seed=seed, distributed=distributed,
                    stall_timeout=stall_timeout, order=order, io_ahead=io_ahead, decode_threads=decode_threads,
                    training_threads=training_threads)
+    check_output(device, dtype, mean, std, memory_format)
+    if device is not None:
+        return device_loader(dataset, batch_size, device=device, dtype=dtype, mean=mean, std=std,
+                             memory_format=memory_format, num_workers=num_workers, **options)
     if num_workers == "tune":
         return tuned_loader(dataset, batch_size, **options)
     return build_loader(dataset, batch_size, num_workers=num_workers, **options)

@@ -24,14 +24,22 @@
   at least 1; left alone where torch already uses no more, where its pool is
   not OpenMP's (the native pool's idle threads block), or with
   ``training_threads=None``.
-* ``read_ahead``: off unless asked for.  ``read_ahead=True`` reads the next
-  batch in a thread, which pays when every step blocks (a loop that calls
+* ``read_ahead``: on for in-process reads when CUDA is available, else off
+  unless asked for.  ``read_ahead=True`` reads the next batch in a thread.
+  With CUDA the training thread is busy launching a fast model's kernels, so an
+  in-process read there is not overlapped with the GPU after all: ResNet-18 on an
+  H200 fed stored pixels read in process got 0.91 of its appetite with the
+  reader thread and 0.69 without (issue #37).  Without CUDA the steps run on the
+  same CPUs as the reads, and a reader thread competing for the GIL made epochs
+  erratic (7k to 53k images/s for the same 500 images), so it stays off there
+  unless asked for (it pays when every step blocks: a loop that calls
   ``loss.item()``, or a CPU step that releases the GIL: ``loader_paths.py
-  --step-ms 3``, 1.3x).  By default the in-process read already overlaps a GPU
-  step, whose kernels run asynchronously; without CUDA the steps run on the
-  same CPUs as the reads; workers read ahead anyway.  A reader thread competing
-  for the GIL made epochs erratic (7k to 53k images/s for the same 500 images)
-  and can delay the training loop's own Python.
+  --step-ms 3``, 1.3x); workers read ahead anyway.
+* ``device``, ``decode_on`` (``make_loader(device=...)``, ``device.py``): where
+  batches go, and where encoded images decode: on the GPU (nvImageCodec, about
+  ``GPU_DECODE_RATE`` full-size ImageNet JPEGs/s) when the machine's usable CPUs
+  decode fewer (about ``CPU_DECODE_RATE`` a core), else in CPU workers whose
+  batches are copied; stored pixels are cropped and flipped on the device.
 * ``hints``, ``reader_thread`` (read-ahead hints and the in-process reader's
   helper thread): decided when each epoch starts, from the page cache
   (``epochplan.py``); ``seeding``: ``seeding.py``.
@@ -104,9 +112,12 @@ class LoaderPlan:
     files: List[Path] = field(default_factory=list)  # whose page-cache residency decides them
     blocking: Optional[str] = None  # why a read may wait on storage whatever is cached, or None
     reasons: Dict[str, str] = field(default_factory=dict)
+    device: Optional[str] = None  # where batches go (make_loader's device=), and where images decode (device.py)
+    decode_on: Optional[str] = None
 
     def __str__(self) -> str:
-        names = ("path", "num_workers", "decode_threads", "training_threads", "read_ahead", "pin_memory",
+        names = ("device", "decode_on") * (self.device is not None) + (
+                 "path", "num_workers", "decode_threads", "training_threads", "read_ahead", "pin_memory",
                  "persistent_workers", "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead",
                  "order", "hints", "reader_thread", "seeding")
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]
@@ -202,7 +213,9 @@ def choose_read_ahead(requested: Auto, workers: int, cuda: bool) -> Choice:
     if workers:
         return False, "off: the workers read ahead (prefetch_factor)"
     if cuda:
-        return False, "off: CUDA steps are asynchronous, so in-process reads already overlap the GPU"
+        return True, ("on: with CUDA the training thread launches the step's kernels, and a fast model's "
+                      "launches take it for as long as an in-process read would (ResNet-18, H200: 0.91 of "
+                      "its appetite with the reader thread, 0.69 without)")
     return False, ("off: no CUDA device, so the training step runs on these CPUs; a reader thread would take "
                    "them from it (read_ahead=True overlaps reads with a step that waits)")
 
@@ -250,3 +263,57 @@ def batches_per_rank(dataset: Any, batch_size: int, world: World, drop_last: boo
         return None
     samples = len(dataset) // world.size if drop_last else math.ceil(len(dataset) / world.size)
     return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+GPU_DECODE_RATE = 10_000  # full-size ImageNet JPEGs/s one GPU's nvImageCodec decodes (H200: 10,827-11,248)
+CPU_DECODE_RATE = 340  # the same per CPU core (H200 machine, 16 cores; issue #37)
+
+
+def resolve_device(requested: Any, local_rank: Optional[int] = None) -> Optional[torch.device]:
+    """make_loader's ``device=`` as a torch device (None: batches stay where they are read, as before).
+    ``"cuda"`` without an index is ``cuda:LOCAL_RANK`` under torchrun; CUDA asked for without a usable
+    CUDA device raises, as ``tensor.to("cuda")`` does."""
+    if requested is None:
+        return None
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError, ValueError):
+        raise OptionError(f"device {requested!r}: expected None, 'cpu', 'cuda', 'cuda:N' or a torch.device") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise OptionError(f"device {requested!r}: pixfeed feeds 'cpu' or CUDA devices ('cuda', 'cuda:N')")
+    if not torch.cuda.is_available():
+        raise OptionError(f"device {str(requested)!r}: CUDA is not available (torch.cuda.is_available() is "
+                          f"False: no CUDA GPU, driver or CUDA build of torch {torch.__version__}); "
+                          "leave device= out to get CPU batches")
+    count = torch.cuda.device_count()
+    index = device.index if device.index is not None else local_rank if local_rank is not None else \
+        torch.cuda.current_device()
+    if index >= count:
+        raise OptionError(f"device {str(requested)!r}: CUDA device {index} does not exist (this machine has "
+                          f"{plural(count, 'CUDA device')})")
+    return torch.device("cuda", index)
+
+
+def choose_decode_on(device: torch.device, kind: str, cpus: int, decoder: Tuple[bool, str]) -> Choice:
+    """Where a ``device=`` loader's images are made: ``"device"`` (encoded records decoded by the GPU's
+    decoder, stored pixels cropped there) or ``"cpu"`` (today's path, its batches copied).  ``kind``:
+    "encoded" (records the GPU can decode), "stored" (stored pixels a random crop or resize reads), else
+    what the dataset reads as it is; ``decoder``: ``gpu.available(device)``."""
+    if device.type != "cuda":
+        return "cpu", "CPU batches: the same reads and crops as without device="
+    if kind == "stored":
+        return "device", ("stored pixels gathered in process into pinned memory, copied, then every sample's "
+                          "crop and flip in batched kernels on the GPU")
+    if kind != "encoded":
+        return "cpu", f"{kind}: read as without device=, each batch copied to {device} on a side stream"
+    ok, why = decoder
+    if not ok:
+        return "cpu", f"CPU workers decode ({why}); batches copied to {device} on a side stream"
+    cpu_rate = max(1, default_workers(cpus)) * CPU_DECODE_RATE
+    if cpu_rate > GPU_DECODE_RATE:
+        return "cpu", (f"{cpus} usable CPUs decode about {cpu_rate:,} images/s, more than {device}'s decoder "
+                       f"(about {GPU_DECODE_RATE:,}/s): CPU workers decode, batches are copied")
+    return "device", (f"{why}: about {GPU_DECODE_RATE:,} images/s against about {cpu_rate:,}/s on "
+                      f"{cpus} usable CPUs; records read as bytes, decoded in this process on its own stream")

@@ -1,0 +1,364 @@
+"""``make_loader(dataset, batch_size, device=...)``: batches on a device, made there where it pays (issue #37).
+
+``device=None`` (the default) is the loader as it always was.  Otherwise every
+batch comes out on ``device``, its images ``dtype`` (uint8, or float32/bfloat16/float16
+normalised by ``mean``/``std``, ImageNet's by default) in ``memory_format``
+(channels_last by default), and where the images are made is the plan's
+``decode_on`` (``plan.choose_decode_on``, the reason in ``loader.pixfeed_plan``):
+
+* encoded records (a pixfeed map-style dataset opened with ``size=``, no
+  ``transform``, no fields, ``exact=False``): read as bytes in this process (the
+  loader's own sampler, seeding, splitting and resume: a ``DeviceRecords`` view is
+  fed through ``build_loader``), each sample's plan drawn on the CPU from the
+  header with the record's own generator (as ``ImageRecords.pixels`` and
+  ``FieldValues.plan_for`` draw it), then decoded by ``pixfeed.image.gpu.BatchDecoder``
+  on the device, when the GPU's decoder outruns the CPUs (about 10,000 full-size
+  ImageNet JPEGs/s against about 340 a core); else CPU workers decode as before.
+* stored pixels that a random crop or a resize reads: gathered in process,
+  copied into a pinned buffer (a ring of them, reused), copied to the device
+  ``non_blocking``, and every sample's box, resize and flip made by
+  ``gpu.crop_resize_batch`` in batched kernels.
+* anything else (a ``transform``, fields: masks, second images and boxes keep
+  the CPU path with the image's plan, a user's dataset, ``exact=True``, a WebDataset,
+  center-cropped stored pixels, which are a slice already): read as without ``device=``,
+  every tensor of the batch copied to the device.
+
+The device stage runs in its own thread (``DeviceFeed``): it reads the next
+batch and makes it on its own CUDA stream while the training step runs, records an
+event, and the training loop's stream waits on that event (no synchronisation of
+the default stream); each output tensor is ``record_stream``-ed on the consuming
+stream, so the caching allocator reuses the same blocks every batch and GPU
+memory stays flat across epochs.  ``state_dict`` counts the batches the training
+loop took, not the ones made ahead, so a resume repeats none and skips none.
+
+``device="cpu"`` gives CPU batches with the default path's pixels (converted as
+asked).  ``"cuda"`` without an index is ``cuda:LOCAL_RANK`` under torchrun; CUDA
+asked for without a usable CUDA device raises OptionError.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from pixfeed.datasets.base import MapImageDataset
+from pixfeed.datasets.fieldvalues import sample_rng
+from pixfeed.errors import Location, OptionError
+from pixfeed.image import geometry, gpu
+from pixfeed.image.decode import oriented_size
+from pixfeed.loaders import plan as rules
+from pixfeed.loaders.batch import ReadAhead
+from pixfeed.loaders.loader import PixfeedLoader, build_loader
+from pixfeed.loaders.tune import tuned_loader
+from pixfeed.machine.cpus import available_cpus
+from pixfeed.machine.world import World
+
+ENCODED, STORED = "encoded", "stored"
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+DTYPES = (torch.uint8, torch.float32, torch.bfloat16, torch.float16)
+FORMATS = (torch.channels_last, torch.contiguous_format)
+DEPTH = 2  # batches made ahead of the training loop
+
+
+class Encoded(NamedTuple):
+    """A batch as ``DeviceRecords`` reads it for the device's decoder."""
+    records: List[bytes]
+    plans: List[geometry.Plan]
+    labels: torch.Tensor
+
+
+class Stored(NamedTuple):
+    """Stored pixels (N x h x w x 3 uint8) and each sample's plan."""
+    pixels: np.ndarray
+    plans: List[geometry.Plan]
+    labels: torch.Tensor
+
+
+def feed_kind(dataset: Any) -> Tuple[str, str]:
+    """(ENCODED, STORED or a description of another kind, reason): what the device can make of ``dataset``."""
+    if isinstance(dataset, IterableDataset) or not isinstance(dataset, MapImageDataset):
+        return "a dataset of its own", "not a pixfeed map-style dataset"
+    if dataset.transform is not None:
+        return "a transform", "its transform runs per sample on the CPU"
+    if not dataset.default_fields:
+        return "fields", "fields that follow the image keep the CPU path with its plan"
+    if dataset.store == "encoded":
+        if dataset.size is None:
+            return "whole images", "no size=: images of different sizes"
+        if dataset.exact:
+            return "exact=True", "exact=True asks for Pillow's pixels"
+        return ENCODED, "encoded records"
+    if dataset.cpu_bound:
+        return STORED, "stored pixels, cropped or resized"
+    return "stored pixels, sliced", "a center crop of stored pixels is a slice"
+
+
+class DeviceRecords(Dataset):
+    """A pixfeed dataset read for the device: ``get_batch`` returns the stored records and each sample's
+    plan (``Encoded`` or ``Stored``), not pixels.  Everything else is the dataset's own."""
+
+    cpu_bound = False  # reading is a copy: in process (plan.choose_workers)
+
+    def __init__(self, dataset: MapImageDataset, kind: str) -> None:
+        self.dataset, self.kind = dataset, kind
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("dataset", "kind"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.get_batch([index])
+
+    @property
+    def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
+        return self.dataset.fixed_shape
+
+    def get_batch(self, indices: Sequence[int]) -> Any:
+        ds = self.dataset
+        idx, stored, labels = ds.read_checked(indices)
+        labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+        rngs = [sample_rng(int(i)) if ds.crop == "random" else None for i in idx]  # as _image_batch draws them
+        if self.kind == ENCODED:
+            records = [s if isinstance(s, bytes) else bytes(s) for s in stored]
+            plans = []
+            for record, i, rng in zip(records, idx, rngs):
+                w, h = oriented_size(record, Location(ds.where, int(i)))
+                plans.append(geometry.plan(w, h, ds.size, "crop", ds.crop, rng, ds.crop_ratio))
+            return Encoded(records, plans, labels)
+        pixels = stored if isinstance(stored, np.ndarray) else np.stack([np.asarray(s) for s in stored])
+        h, w = pixels.shape[1:3]
+        plans = [geometry.plan(w, h, ds.size, crop="random", rng=rng) if ds.crop == "random"
+                 else geometry.plan(w, h, ds.size, "crop") for rng in rngs]  # as ImageRecords.pixels
+        return Stored(pixels, plans, labels)
+
+
+class _Pinned:
+    """A ring of pinned host buffers for stored pixels on their way to the device, reused batch after
+    batch; a slot is written again only once its last copy has finished."""
+
+    def __init__(self, slots: int = DEPTH + 2) -> None:
+        self.buffers: List[Optional[torch.Tensor]] = [None] * slots
+        self.events: List[Any] = [None] * slots
+        self.next = 0
+
+    def copy(self, pixels: np.ndarray, device: torch.device) -> torch.Tensor:
+        k, self.next = self.next, (self.next + 1) % len(self.buffers)
+        if self.events[k] is not None:
+            self.events[k].synchronize()
+        buf = self.buffers[k]
+        if buf is None or buf.numel() < pixels.size:
+            buf = self.buffers[k] = torch.empty(pixels.size, dtype=torch.uint8, pin_memory=True)
+        host = buf[:pixels.size].view(pixels.shape)
+        np.copyto(host.numpy(), pixels)
+        out = host.to(device, non_blocking=True)
+        self.events[k] = torch.cuda.Event()
+        self.events[k].record(torch.cuda.current_stream(device))
+        return out
+
+
+class DeviceStage:
+    """Makes each batch on ``device``: decodes (``ENCODED``), crops (``STORED``) or copies it, then converts
+    its images to ``dtype`` and ``memory_format``; ``__call__`` wraps an epoch's batches in a ``DeviceFeed``."""
+
+    def __init__(self, device: torch.device, kind: Optional[str], size, dtype: torch.dtype,
+                 mean: Optional[Sequence[float]], std: Optional[Sequence[float]], memory_format: torch.memory_format,
+                 backend: str = "auto", cpu_threads: int = 1, threaded: bool = True, read_ahead: bool = False) -> None:
+        self.threaded, self.read_ahead = threaded, read_ahead  # threaded False: converted as the loop takes them
+        self.device, self.kind, self.size, self.dtype, self.memory_format = device, kind, size, dtype, memory_format
+        self.backend, self.cpu_threads = backend, cpu_threads
+        self.mean, self.std = mean, std
+        self._norm: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        self._decoder: Optional[gpu.BatchDecoder] = None
+        self._stream: Any = None
+        self._pinned = _Pinned() if device.type == "cuda" else None
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        if not self.threaded:
+            return (self._make(b) for b in (ReadAhead(batches) if self.read_ahead else batches))
+        return DeviceFeed(self, batches)
+
+    @property
+    def stream(self) -> Any:
+        if self._stream is None and self.device.type == "cuda":
+            self._stream = torch.cuda.Stream(self.device)
+        return self._stream
+
+    def make(self, batch: Any) -> Tuple[Any, Any]:
+        """(the batch on the device, the event the consumer waits on or None)."""
+        if self.device.type != "cuda":
+            return self._make(batch), None
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            out = self._make(batch)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return out, event
+
+    def _make(self, batch: Any) -> Any:
+        if isinstance(batch, Encoded):
+            if self._decoder is None:
+                self._decoder = gpu.BatchDecoder(self.device, self.backend, cpu_threads=self.cpu_threads)
+            images = self._decoder.decode(batch.records, batch.plans, self.size)
+            return self.images(images), batch.labels.to(self.device, non_blocking=True)
+        if isinstance(batch, Stored):
+            pixels = self._pinned.copy(batch.pixels, self.device) if self._pinned is not None else \
+                torch.from_numpy(batch.pixels).to(self.device)
+            images = gpu.crop_resize_batch(pixels.permute(0, 3, 1, 2), batch.plans, self.size)
+            return self.images(images), batch.labels.to(self.device, non_blocking=True)
+        moved = _moved(batch, self.device)
+        if isinstance(moved, dict) and "image" in moved:
+            moved["image"] = self.images(moved["image"])
+        elif isinstance(moved, (tuple, list)) and moved and isinstance(moved[0], torch.Tensor):
+            moved = type(moved)([self.images(moved[0]), *moved[1:]])
+        elif isinstance(moved, torch.Tensor):
+            moved = self.images(moved)
+        return moved
+
+    def images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images (N x 3 x H x W) as ``dtype`` (normalised when not uint8) in ``memory_format``."""
+        if images.dtype != torch.uint8 or images.dim() != 4:
+            return images
+        if self.dtype != torch.uint8:
+            if self._norm is None:
+                self._norm = tuple(torch.tensor(v, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+                                   for v in (self.mean, self.std))
+            mean, std = self._norm
+            images = images.float().div_(255).sub_(mean).div_(std).to(self.dtype)
+        return images.contiguous(memory_format=self.memory_format)
+
+
+def _moved(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: _moved(v, device) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_moved(v, device) for v in batch) if not hasattr(batch, "_fields") else \
+            type(batch)(*(_moved(v, device) for v in batch))
+    return batch
+
+
+def _streamed(batch: Any, stream: Any) -> None:
+    """``record_stream`` every tensor of ``batch`` on the consumer's stream: its memory is not handed
+    out again (to the side stream) until the work queued on that stream so far is done."""
+    if isinstance(batch, torch.Tensor):
+        if batch.is_cuda:
+            batch.record_stream(stream)
+    elif isinstance(batch, dict):
+        for v in batch.values():
+            _streamed(v, stream)
+    elif isinstance(batch, (tuple, list)):
+        for v in batch:
+            _streamed(v, stream)
+
+
+class DeviceFeed(Iterator[Any]):
+    """An epoch's batches made on the device in a reader thread, ``DEPTH`` ahead of the training loop."""
+
+    def __init__(self, stage: DeviceStage, batches: Iterator[Any]) -> None:
+        self.stage, self.length = stage, batches
+        self.ahead = ReadAhead((stage.make(b) for b in batches), depth=DEPTH)
+
+    def __len__(self) -> int:
+        return len(self.length)  # type: ignore[arg-type]
+
+    def __next__(self) -> Any:
+        batch, event = next(self.ahead)
+        if event is not None:
+            stream = torch.cuda.current_stream(self.stage.device)
+            stream.wait_event(event)
+            _streamed(batch, stream)
+        return batch
+
+    def close(self) -> None:
+        self.ahead.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def local_rank(world: World) -> Optional[int]:
+    """This process's CUDA device index under torchrun (``LOCAL_RANK``), None when not distributed."""
+    value = os.environ.get("LOCAL_RANK")
+    return int(value) if world.size > 1 and value is not None and value.isdigit() else None
+
+
+def check_output(device: Any, dtype: Any, mean: Any, std: Any, memory_format: Any):
+    """(dtype, mean, std, memory_format) checked; mean and std default to ImageNet's for float outputs."""
+    if device is None:
+        given = [name for name, value, default in (("dtype", dtype, torch.uint8), ("mean", mean, None),
+                                                   ("std", std, None), ("memory_format", memory_format,
+                                                                         torch.channels_last))
+                 if value is not default and value != default]
+        if given:
+            raise OptionError(f"{', '.join(given)} shape batches on a device: pass device= ('cuda', 'cpu') with them")
+        return dtype, mean, std, memory_format
+    if dtype not in DTYPES:
+        raise OptionError(f"dtype {dtype!r}: expected one of {', '.join(map(str, DTYPES))}")
+    if memory_format not in FORMATS:
+        raise OptionError(f"memory_format {memory_format!r}: expected torch.channels_last or torch.contiguous_format")
+    if dtype == torch.uint8:
+        if mean is not None or std is not None:
+            raise OptionError("mean and std normalise float outputs: pass dtype=torch.float32 (or bfloat16, "
+                              "float16) with them")
+        return dtype, None, None, memory_format
+    mean = IMAGENET_MEAN if mean is None else tuple(float(v) for v in mean)
+    std = IMAGENET_STD if std is None else tuple(float(v) for v in std)
+    if len(mean) != 3 or len(std) != 3 or 0 in std:
+        raise OptionError(f"mean {mean} and std {std}: three values each (RGB, on the 0..1 scale), std not 0")
+    return dtype, mean, std, memory_format
+
+
+def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dtype = torch.uint8,
+                  mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+                  memory_format: torch.memory_format = torch.channels_last, backend: str = "auto",
+                  decode_on: str = "auto", num_workers: Any = "auto", **options: Any) -> PixfeedLoader:
+    """``make_loader`` with ``device=`` (see the module's docstring).  ``decode_on="device"`` forces the
+    device path (with ``backend="cpu"`` on a CPU device: nvImageCodec's CPU backend, the tests' stand-in)."""
+    dtype, mean, std, memory_format = check_output(device, dtype, mean, std, memory_format)
+    world = World.detect(options.get("distributed", "auto"))
+    dev = rules.resolve_device(device, local_rank(world))
+    kind, why = feed_kind(dataset)
+    if decode_on == "auto":
+        decoder = gpu.available(dev) if kind == ENCODED and dev.type == "cuda" else (False, why)
+        where, reason = rules.choose_decode_on(dev, kind, available_cpus(), decoder)
+    elif decode_on in ("device", "cpu"):
+        where, reason = decode_on, rules.CALLER
+        if where == "device" and kind not in (ENCODED, STORED):
+            raise OptionError(f"decode_on='device': {why}; only encoded records (size=, no transform or fields) "
+                              "and stored pixels with a random crop or resize are made on the device")
+    else:
+        raise OptionError(f"decode_on {decode_on!r}: expected 'auto', 'device' or 'cpu'")
+    if where == "device":
+        options = {**options, "pin_memory": False if options.get("pin_memory", "auto") == "auto"
+                   else options["pin_memory"]}  # stored pixels go through the stage's own pinned buffers
+        loader = build_loader(DeviceRecords(dataset, kind), batch_size,
+                              num_workers="auto" if num_workers == "tune" else num_workers, **options)
+    elif num_workers == "tune":
+        loader = tuned_loader(dataset, batch_size, **options)
+    else:
+        loader = build_loader(dataset, batch_size, num_workers=num_workers, **options)
+    plan = loader.pixfeed_plan
+    threaded = where == "device" or dev.type == "cuda"  # CPU batches converted on the CPU: as without device=
+    loader.pixfeed_device = DeviceStage(dev, kind if where == "device" else None, getattr(dataset, "size", None),
+                                        dtype, mean, std, memory_format, backend,
+                                        cpu_threads=min(gpu.CPU_THREADS, available_cpus()), threaded=threaded,
+                                        read_ahead=plan.read_ahead)
+    plan.device, plan.reasons["device"] = str(dev), f"batches as {dtype}, {_format_name(memory_format)}" + (
+        f", normalised by mean {list(mean)} std {list(std)}" if mean is not None else "")
+    plan.decode_on = (f"{dev} ({backend} backend)" if backend != "auto" else str(dev)) if where == "device" else "cpu"
+    plan.reasons["decode_on"] = reason
+    if threaded:
+        plan.read_ahead, plan.reasons["read_ahead"] = True, (f"the device stage makes the next {DEPTH} batches "
+                                                             f"on {dev} in its own thread")
+    return loader
+
+
+def _format_name(memory_format: torch.memory_format) -> str:
+    return "channels_last" if memory_format == torch.channels_last else "contiguous"
