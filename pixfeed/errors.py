@@ -81,3 +81,19 @@ class Location:
 
     def __str__(self) -> str:
         return self.where(self.i)
+# Bounded work on hostile input (docs/untrusted-data.md, "Bounded work"; limits in pixfeed.storage.bounded).
+# The tar and limit errors are both a SourceError (packing) and a CorruptDataError (reading a dataset).
+class DamagedTarError(SourceError, CorruptDataError):
+    """A tar header no reader can walk: a negative or non-numeric size, a member that does not move on."""
+
+
+class OverLimitError(SourceError, CorruptDataError):
+    """Input asks for more than a documented limit allows (a file, tar member or CSV cell larger, JSON
+    nested deeper, an array or a label larger); the message names the input and the limit."""
+
+
+class SpecialFileError(SourceError):
+    """A FIFO, device or socket (or a link to one) where a file is read: never opened for reading, as a
+    FIFO would block and a device never end."""
+
+

@@ -16,14 +16,17 @@ machine load.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import queue
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import ImageDecodeError, PixfeedError
 from ..image.decode import Size, decode
 
 MEMCOPY_BYTES = 128 << 20  # far beyond the CPU caches, small enough to allocate quickly
@@ -57,36 +60,65 @@ def memcopy(nbytes: int = MEMCOPY_BYTES, repeats: int = REPEATS) -> dict:
     return {"bytes_per_s": nbytes / best, "bytes": nbytes}
 
 
-def _decode_share(share: Sequence[bytes], size: Size, exact: bool, barrier, results) -> None:
+def _decode_share(share: Sequence[bytes], names: Sequence[str], size: Size, exact: bool, barrier, results) -> None:
     import torch
 
     torch.set_num_threads(1)  # as in DataLoader workers: a forked child never gets its parent's OpenMP threads
-    barrier.wait()
-    start, cpu = time.perf_counter(), time.process_time()
-    for data in share:
-        decode(data, size=size, crop="center", exact=exact)
+    try:
+        barrier.wait(timeout=60)
+        start, cpu = time.perf_counter(), time.process_time()
+        for data, name in zip(share, names):
+            decode(data, size=size, crop="center", exact=exact, where=name)
+    except Exception as e:  # noqa: BLE001 - the parent names it (a child's traceback would hang the bench)
+        results.put(str(e) if isinstance(e, PixfeedError) else f"{type(e).__name__}: {e}")
+        return
     results.put((time.perf_counter() - start, time.process_time() - cpu))
 
 
-def decode_rate(blobs: List[bytes], size: Size, processes: int, exact: bool = True) -> dict:
+def decode_rate(blobs: List[bytes], size: Size, processes: int, exact: bool = True,
+                names: Optional[Sequence[str]] = None) -> dict:
     """Images/s of decoding ``blobs`` (in memory) at ``size`` in ``processes`` forked processes.
 
     ``exact`` picks decode's path as the row being bounded does: Pillow
-    (packing, the folder baselines) or the fast path (datasets' default).
+    (packing, the folder baselines) or the fast path (datasets' default).  An image that does not decode
+    (``names`` name them) or a process that dies raises ImageDecodeError / PixfeedError, never a hang.
     """
     processes = max(1, min(processes, len(blobs)))
+    names = list(names) if names is not None else [f"image {i}" for i in range(len(blobs))]
     ctx = mp.get_context("fork")
-    barrier, results = ctx.Barrier(processes), ctx.SimpleQueue()
-    procs = [ctx.Process(target=_decode_share, args=(blobs[i::processes], size, exact, barrier, results), daemon=True)
+    barrier, results = ctx.Barrier(processes), ctx.Queue()
+    procs = [ctx.Process(target=_decode_share, args=(blobs[i::processes], names[i::processes], size, exact, barrier,
+                                                     results), daemon=True)
              for i in range(processes)]
     for p in procs:
         p.start()
-    times: List[Tuple[float, float]] = [results.get() for _ in procs]
-    for p in procs:
-        p.join()
+    try:
+        times: List[Tuple[float, float]] = [_result(results, procs) for _ in procs]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
     wall = max(t for t, _ in times)
     return {"images_per_s": len(blobs) / wall, "processes": processes,
             "cpu_ms_per_image": 1000 * sum(c for _, c in times) / len(blobs)}
+
+
+def _result(results, procs) -> Tuple[float, float]:
+    """One process's (wall, cpu) seconds; its error raised, naming the image; a dead process an error."""
+    while True:
+        try:
+            got = results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise PixfeedError(f"bench: a decode process died (exit code {dead[0]}) while measuring the decode "
+                                   "ceiling") from None
+            continue
+        if isinstance(got, str):
+            raise ImageDecodeError(f"{got}; bench decodes every source image: remove it, or pack with --on-error "
+                                   "skip and bench the packed copy")
+        return got
 
 
 def file_copy(root: Path, paths: Sequence[str], work: Path) -> dict:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from ..storage import pagecache
+from ..storage.bounded import IMAGE_BYTES, read_file
 from ..machine.cpus import available_cpus
 from ..image.decode import parse_size
 from ..errors import OptionError
@@ -76,7 +77,8 @@ class Bench:
         if self.source.blobs is not None:
             raise OptionError(f"bench --index {cfg.index}: its images are bytes in the index; bench compares "
                               "against reading image files, so give an index of image paths")
-        self.blobs = [(self.source.root / p).read_bytes() for p in self.source.paths]
+        self.blobs = [read_file(self.source.root / p, IMAGE_BYTES, self.source.where(i), "image file")
+                      for i, p in enumerate(self.source.paths)]
         self.index_options = {"index": cfg.index, "field": cfg.fields} if cfg.index else {}
         self.shrunk: Dict[int, List[bytes]] = {}
         self.pack_procs = cfg.pack_workers or available_cpus()
@@ -89,7 +91,8 @@ class Bench:
 
     def decode_limit(self, processes: int, exact: bool = True, max_side: Optional[int] = None) -> dict:
         name = f"decode x{max(1, processes)}{'' if exact else ' fast'}{_side(max_side)}"
-        return {"name": name, **ceilings.decode_rate(self.blobs_at(max_side), self.size, processes, exact)}
+        return {"name": name, **ceilings.decode_rate(self.blobs_at(max_side), self.size, processes, exact,
+                                                     [self.source.where(i) for i in range(len(self.source))])}
 
     def blobs_at(self, max_side: Optional[int]) -> List[bytes]:
         """The source's bytes as a pack with ``max_side`` stores them (re-encoded by the packer's own code)."""

@@ -55,7 +55,6 @@ copied whole; a read failure is a StorageError naming the shard's URL.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import random
@@ -76,6 +75,7 @@ from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs
 from ..sources import _tarwalk
+from ..storage.bounded import IMAGE_BYTES, check_size, load_npy
 from ..storage.store import join
 from ..storage.options import mask
 from ..machine.world import World
@@ -332,7 +332,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
 
     def _array(self, data: bytes, where: str) -> np.ndarray:
         try:
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
+            arr = load_npy(data)
         except (ValueError, EOFError, OSError) as e:
             raise CorruptDataError(f"{where}: .npy member cannot be read ({e})") from None
         if arr.dtype != np.uint8 or arr.shape != self.stored_shape:
@@ -353,6 +353,7 @@ def _walk(f, wanted, sized=()) -> Iterator[dict]:
             ext = ext.lower()
             if ext in sample:
                 raise ValueError(f"{key}.{ext}: a second member of that name in the sample")
+            check_size(size, IMAGE_BYTES, f"{getattr(f, 'name', 'shard')}: member {key}.{ext}")
             sample[ext] = (offset, size) if ext in sized else read(size, offset)
         yield sample
 
@@ -375,7 +376,7 @@ def _meta(sample: dict, where: str, i: int) -> Tuple[int, int]:
     try:
         meta = _json(sample)
         expected, label, index = int(meta["xxh3_64"], 16), int(meta["label"]), meta["index"]
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, RecursionError) as e:
         raise CorruptDataError(f"{where}: missing or damaged .json member ({type(e).__name__}: {e})") from None
     if index != i:
         raise CorruptDataError(f"{where}: its .json says record {index}, but its place in the shards makes it "

@@ -25,6 +25,7 @@ from ..image.decode import EXTENSIONS, check_encoded, decode, decode_for_pack, p
 from ..errors import Location, SourceError
 from ..image.geometry import Plan
 from ..sources.folder import Source
+from ..storage.bounded import IMAGE_BYTES, read_file
 from .fieldrecords import pack_fields
 from .options import PackOptions
 
@@ -68,8 +69,7 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
     if data is None:
         path = source.root / source.paths[i]
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_file(path, IMAGE_BYTES, where, "image file")  # a FIFO or device: an error, not a hang
         except OSError as e:
             raise SourceError(f"{where}: cannot read ({_read_error(path, e)})") from None
     fmt = sniff(data)

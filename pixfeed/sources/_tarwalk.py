@@ -15,6 +15,8 @@ import tarfile
 import zlib
 from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
+from ..errors import DamagedTarError
+
 BLOCK = tarfile.BLOCKSIZE
 _ZERO = bytes(BLOCK)
 _FILE, _PAX = (b"0", b"\0"), b"x"
@@ -23,25 +25,59 @@ _KINDS = _FILE + (b"5", _PAX)  # regular files, directories (skipped), one membe
 Member = Tuple[str, int, int]
 
 
-def members(f: BinaryIO) -> List[Member]:
-    """Every regular file member of the seekable tar ``f``."""
-    found = _plain(f)
+def members(f: BinaryIO, where: Optional[str] = None, dropped: Optional[list] = None) -> List[Member]:
+    """Every regular file member of the seekable tar ``f`` (``where`` names it in errors, by default its
+    file name).  A size that is negative or not a number, in a header or a PAX record, raises
+    DamagedTarError (tarfile, and a walk trusting it, would step back and loop for ever).  ``dropped``,
+    when given, gets the name and kind of every member that is neither a file nor a folder (links,
+    FIFOs, devices: never read)."""
+    where = where or getattr(f, "name", None) or "tar shard"
+    found = _plain(f, where)
     if found is None:
         f.seek(0)
+        found, last = [], -1
+        if dropped is not None:
+            del dropped[:]
         with tarfile.open(fileobj=f, mode="r:") as tar:
-            found = [(info.name, info.offset_data, info.size) for info in tar if info.isfile()]
+            for info in _checked(tar, where):
+                if info.size < 0 or info.offset <= last:
+                    raise DamagedTarError(f"{where}: member {info.name!r} at byte {info.offset}: its size "
+                                          f"{info.size} is negative or its header does not move on; the tar is "
+                                          "damaged or made to hang readers")
+                last = info.offset
+                if info.isfile():
+                    found.append((info.name, info.offset_data, info.size))
+                elif dropped is not None and not info.isdir():
+                    dropped.append((info.name, _KIND_NAMES.get(info.type, f"type {info.type!r}")))
     return found
 
 
-def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None) -> Iterator[Tuple[str, List[Member]]]:
+def _checked(tar: tarfile.TarFile, where: str) -> Iterator[tarfile.TarInfo]:
+    """``tar``'s members; a header tarfile cannot take as numbers (a PAX ``size=abc``) a DamagedTarError."""
+    try:
+        yield from tar
+    except DamagedTarError:
+        raise
+    except (ValueError, OverflowError) as e:
+        raise DamagedTarError(f"{where}: a tar header holds a field that is not a number ({e}); the tar is "
+                              "damaged") from None
+
+
+_KIND_NAMES = {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link", tarfile.FIFOTYPE: "a FIFO",
+               tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device"}
+
+
+def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None, where: Optional[str] = None,
+            dropped: Optional[list] = None) -> Iterator[Tuple[str, List[Member]]]:
     """The members of the seekable tar ``f`` grouped into samples as webdataset groups them, in order:
     (key, [(extension, offset of the data, size)]).  The key is a member's name up to the first dot of
     its base name (its folder kept), the extension the rest; names without that dot, and those
     ``skip(name)`` is true for, are left out.  ``f`` may be read between samples.  Raises
-    tarfile.ReadError where the shard ends inside a member or without tar's end-of-archive blocks."""
+    tarfile.ReadError where the shard ends inside a member or without tar's end-of-archive blocks,
+    DamagedTarError for a header no reader can walk (``members``)."""
     total = f.seek(0, os.SEEK_END)
     key, group, end = None, [], 0
-    for name, offset, size in members(f):
+    for name, offset, size in members(f, where, dropped):
         end = offset + -(-size // BLOCK) * BLOCK
         if offset + size > total:
             raise tarfile.ReadError(f"the shard ends inside member {name}")
@@ -61,8 +97,9 @@ def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None) -> Iter
         yield key, group
 
 
-def _plain(f: BinaryIO) -> Optional[List[Member]]:
-    """The members, or None where a header needs ``tarfile``."""
+def _plain(f: BinaryIO, where: str = "tar shard") -> Optional[List[Member]]:
+    """The members, or None where a header needs ``tarfile``; DamagedTarError for a negative size or a PAX
+    size that is not a number."""
     found, pos, pax = [], 0, {}
     read = reader(f)
     while True:
@@ -76,6 +113,9 @@ def _plain(f: BinaryIO) -> Optional[List[Member]]:
             size = int(size_field.split(b"\0", 1)[0].strip() or b"0", 8)
         except ValueError:
             return None
+        if size < 0:
+            raise DamagedTarError(f"{where}: the tar header at byte {pos} gives a negative size ({size}); the tar "
+                                  "is damaged or made to hang readers")
         if kind == _PAX:  # one member's PAX records (webdataset's ShardWriter writes them for every member)
             pax = _pax(read(size, pos + BLOCK))
             if pax is None:
@@ -84,10 +124,15 @@ def _plain(f: BinaryIO) -> Optional[List[Member]]:
             name = head[:100].split(b"\0", 1)[0]
             if head[257:265] == b"ustar\x0000" and head[345] != 0:  # POSIX ustar's prefix (not GNU's fields)
                 name = head[345:500].split(b"\0", 1)[0] + b"/" + name
+            if "size" in pax:
+                size = pax["size"]
+                if not (size.isascii() and size.isdigit()):
+                    raise DamagedTarError(f"{where}: the PAX header before byte {pos} gives size={size[:40]!r}, not "
+                                          "a non-negative number; the tar is damaged or made to hang readers")
+                size = int(size)
             if kind in _FILE:
-                found.append((pax.get("path", name.decode("utf-8", "surrogateescape")), pos + BLOCK,
-                              int(pax.get("size", size))))
-            size, pax = int(pax.get("size", size)), {}
+                found.append((pax.get("path", name.decode("utf-8", "surrogateescape")), pos + BLOCK, size))
+            pax = {}
         pos += BLOCK + -(-size // BLOCK) * BLOCK
 
 
@@ -119,7 +164,7 @@ def _pax(data: bytes) -> Optional[dict]:
         if key == b"path":
             out["path"] = value.decode("utf-8", "surrogateescape")
         elif key == b"size":
-            out["size"] = value.decode("ascii")
+            out["size"] = value.decode("ascii", "replace")
         elif key in (b"hdrcharset", b"linkpath") or key.startswith(b"GNU.sparse"):
             return None
         pos += length

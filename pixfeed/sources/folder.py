@@ -24,6 +24,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import SourceError
+from ..storage.bounded import IMAGE_BYTES, read_file
 from ..storage.store import Store, is_url, join, local_path
 
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -65,8 +66,7 @@ class Source:
         if self.remote is not None:
             return self.remote.read(rel)
         try:
-            with open(self.root / rel, "rb") as f:
-                return f.read()
+            return read_file(self.root / rel, IMAGE_BYTES, join(self.root, rel))  # a FIFO: an error, no hang
         except OSError as e:
             raise SourceError(f"{join(self.root, rel)}: cannot read ({e.strerror or e})") from None
 

@@ -1,0 +1,116 @@
+"""Bounded work on untrusted input (docs/untrusted-data.md, "Bounded work"): the limits on what one file,
+tar member, index cell or value read from input may ask for, and the reads that hold to them.
+
+Every length read from input is checked against a limit before anything that size is read or
+allocated.  The limits are far above what real datasets need and far below what exhausts a machine;
+input past one raises OverLimitError naming the input and the limit, a FIFO, device or socket where a
+file is read SpecialFileError (``read_file`` opens without blocking and reads no more than the regular
+file's size).
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any, Optional
+
+from ..errors import OverLimitError, SpecialFileError
+
+IMAGE_BYTES = 1 << 30      # one image file or image member (the pixel limit bounds what it decodes to)
+MEMBER_BYTES = 256 << 20   # one other tar member or file read into memory: .txt, .json, .npy, .cls, a mask
+CELL_CHARS = 64 << 20      # one CSV cell (Python's csv module stops at 128 KiB; long polygon lists pass that)
+COLUMNS = 4096             # columns of one index file (each becomes a field)
+MANIFEST_BYTES = 256 << 20  # pixfeed.json, keys.json
+INT64 = (-(1 << 63), (1 << 63) - 1)  # labels and sizes are stored as int64
+
+
+def mib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
+def check_size(size: int, limit: int, where: object, what: str = "member") -> int:
+    """``size`` if it is within ``limit``, else OverLimitError naming ``where``."""
+    if size > limit:
+        raise OverLimitError(f"{where}: {what} of {size:,} bytes is over pixfeed's limit of {mib(limit)} for one "
+                             f"{what} (docs/untrusted-data.md)")
+    return size
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+
+
+def read_file(path, limit: int, where: Optional[object] = None, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path`` (links followed), at most ``limit`` of them: a FIFO, device
+    or socket raises SpecialFileError without blocking, a larger file OverLimitError, before any read;
+    no more than the size ``fstat`` gave is read (a file that grows is cut there).  OSError as ``open``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SpecialFileError(f"{where or path}: is {_kind(st.st_mode)}, not a regular file; only regular "
+                                   "files are read")
+        size = check_size(st.st_size, limit, where or path, what)
+        parts, offset = [], 0
+        while offset < size:
+            part = os.pread(fd, size - offset, offset)
+            if not part:
+                break
+            parts.append(part)
+            offset += len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def special_kind(path) -> Optional[str]:
+    """"a FIFO", "a device", ... where ``path`` (links followed) exists and is not a regular file or a
+    folder, else None (a regular file, a folder, or nothing there)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
+
+
+def loads(text, where: object) -> Any:
+    """``json.loads``, nesting too deep for Python's parser (about 1,000 levels) an OverLimitError naming
+    ``where``, not a RecursionError; other errors as json.loads raises them (ValueError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise OverLimitError(f"{where}: JSON nested deeper than Python's parser takes (about 1,000 levels)") from None
+
+
+def int64(value: int, where: object, what: str = "label") -> int:
+    """``value`` if it fits the int64 it is stored as, else OverLimitError naming ``where``."""
+    if not INT64[0] <= value <= INT64[1]:
+        text = str(value) if value.bit_length() < 128 else f"of {value.bit_length()} bits"
+        raise OverLimitError(f"{f'{where}: ' if where else ''}{what} {text} does not fit the 64-bit integer it is "
+                             "stored as")
+    return value
+
+
+def load_npy(raw: bytes):
+    """The array of NumPy ``.npy`` bytes (no pickle), its header checked first: a header declaring more
+    data than ``raw`` holds is a ValueError before anything that size is allocated."""
+    import io
+
+    import numpy as np
+
+    f = io.BytesIO(raw)
+    version = np.lib.format.read_magic(f)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = header(f)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects, which would need pickle")
+    count = 1
+    for n in shape:
+        count *= n
+    if count * dtype.itemsize > len(raw) - f.tell():
+        raise ValueError(f"its header declares shape {shape} of {dtype} ({count * dtype.itemsize:,} bytes), but "
+                         f"{len(raw) - f.tell():,} bytes follow it")
+    f.seek(0)
+    return np.load(f, allow_pickle=False)
