@@ -352,6 +352,10 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
                                         read_ahead=plan.read_ahead)
     plan.device, plan.reasons["device"] = str(dev), f"batches as {dtype}, {_format_name(memory_format)}" + (
         f", normalised by mean {list(mean)} std {list(std)}" if mean is not None else "")
+    if where == "device" and kind == ENCODED:  # the view reads bytes: the rules' words for stored pixels do not fit
+        if num_workers in ("auto", "tune") and not plan.num_workers:
+            plan.reasons["num_workers"] = "records read as bytes in this process (a copy); the device decodes them"
+        plan.reasons["decode_threads"] = f"no decoding on the CPU but fallbacks (PNGs, CMYK): {gpu.CPU_THREADS} threads"
     plan.decode_on = (f"{dev} ({backend} backend)" if backend != "auto" else str(dev)) if where == "device" else "cpu"
     plan.reasons["decode_on"] = reason
     if threaded:
