@@ -45,7 +45,7 @@ from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders import resume
 from pixfeed.loaders.progress import POLL, RecordedSampler, SplitSampler
-from pixfeed.loaders.seeding import WorkerSeeder, seeded
+from pixfeed.loaders.seeding import WorkerSeeder, iterable_seeding, seeded
 from pixfeed.loaders.shm import choose_strategy, fit_shared_memory
 from pixfeed.loaders.split import EpochSampler, split_iterable, split_warning
 from pixfeed.loaders.threads import capped
@@ -165,6 +165,8 @@ def build_loader(
     source = BatchReader(dataset, plan.decode_threads) if plan.path == "batch" else dataset
     if not isinstance(dataset, IterableDataset):
         source, plan.seeding, plan.reasons["seeding"] = seeded(source, dataset, seed)
+    else:
+        plan.seeding, plan.reasons["seeding"] = iterable_seeding(dataset, plan.num_workers)
     loader = PixfeedLoader(
         source,
         batch_size=batch_size,

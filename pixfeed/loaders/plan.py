@@ -174,13 +174,25 @@ def choose_decode_threads(requested: Auto, dataset: Any, path: str, workers: int
                               "(encoded records opened with size=); this one has no per-image decoding to share")
         return threads, CALLER
     if not threaded:
-        return 1, "no per-image decoding in a batch read"
+        return 1, _no_decode_threads(dataset, path, workers)
     if workers:
         return 1, f"each of the {workers} workers decodes its own batches"
     if cpus < 2:
         return 1, "1 usable CPU"
     return cpus, (f"no workers: each batch's images decode on {cpus} threads in this process (the decoders and "
                   "the resize release the GIL; no shared-memory copies)")
+
+
+def _no_decode_threads(dataset: Any, path: str, workers: int) -> str:
+    """Why a read takes no decode threads: what decodes, and where, on this path."""
+    where = "in the worker" if workers == 1 else f"in each of the {workers} workers" if workers else "in this process"
+    if path == "iterable":
+        return f"the dataset decodes each sample as it yields it, one at a time {where}"
+    if path == "samples":
+        return f"per-sample reads: each image decodes as its sample is read, {where}"
+    if not getattr(dataset, "cpu_bound", True):
+        return "stored pixels: a batch read copies them, no per-image decoding"
+    return "the dataset's get_batch takes no threads argument"
 
 
 def choose_training_threads(requested: Auto, workers: int, cpus: int) -> Choice:

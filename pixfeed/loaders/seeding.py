@@ -37,6 +37,11 @@ Workers (``WorkerSeeder``): the DataLoader draws a base seed from its generator
 rank through NumPy's ``SeedSequence`` and seeds Python's ``random``, NumPy's
 global RNG and torch's, so draws outside a sample's reading (an iterable
 dataset's own) differ per worker, rank and epoch and repeat for the same seed.
+
+Iterable datasets (``iterable_seeding``) are never wrapped: pixfeed's WebDataset
+reader seeds each sample's crop or transform itself from (seed, epoch, record
+index), so the plan says so ("per sample"); one that draws nothing is "none";
+any other is seeded per worker by ``WorkerSeeder``, or not at all in process.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ from pixfeed.loaders.collate import collate
 from pixfeed.seeds import kept_in_main, seed_rngs, seeded_by_index
 
 NONE, INDEX, BATCH, SAMPLE = "none", "per sample, batched read", "per batch", "per sample"
+WORKER = "per worker"  # an iterable dataset without its own seeding (iterable_seeding)
 
 
 class WorkerSeeder:
@@ -78,6 +84,20 @@ def choose_seeding(dataset: Any) -> Tuple[str, str]:
     if callable(getattr(dataset, "__getitems__", None)) and not isinstance(dataset, ImageRecords):
         return BATCH, "one __getitems__ call per batch, RNGs seeded from (seed, epoch, the batch's indices)"
     return SAMPLE, "RNGs seeded from (seed, epoch, index) for each sample (deterministic = True skips it)"
+
+
+def iterable_seeding(dataset: Any, workers: int) -> Tuple[str, str]:
+    """(mode, reason) for an iterable ``dataset``, which draws its own numbers: pixfeed's WebDataset reader
+    seeds each sample's draws itself (``seed`` and ``sample_rngs``); any other gets ``WorkerSeeder``."""
+    if getattr(dataset, "deterministic", False):
+        return NONE, "the dataset draws no random numbers (no random crop, no transform)"
+    if hasattr(dataset, "seed") and getattr(dataset, "rng_per_sample", None) is not None:
+        return SAMPLE, ("by the dataset: each sample's random crop or transform draws from RNGs seeded from (seed, "
+                        "epoch, record index), whichever worker reads it")
+    if workers:
+        return WORKER, ("each worker's Python, NumPy and torch RNGs seeded from (seed, rank, worker) when the "
+                        "workers start (WorkerSeeder)")
+    return NONE, "not seeded: the dataset draws from this process's RNGs as they are (num_workers=0)"
 
 
 class SeededSamples(Dataset):
