@@ -81,6 +81,7 @@ def test_cpu_device_stays_on_the_cpu_whatever_cuda_says(loader, monkeypatch):
     assert images.device.type == "cpu" and images.dtype == torch.float32
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_batches_are_ready_on_the_current_stream(loader):
     pinned = make_loader(ArrayDataset(random_images(64, 64, 64)), 16, shuffle=False, pin_memory=True)
