@@ -13,8 +13,12 @@
 * ``drop_behind``: for a dataset on ``disk``, read-ahead also drops the pages of
   records read well behind the reader (a cgroup at its limit would otherwise
   reclaim a page for each page read).
-* ``order``: ``"random"`` (the full shuffle, default) or ``"quasi_random"``
-  (``order.py``), whose chunk and window sizes come from ``io_ahead``.
+* ``order``: ``"random"`` (the full shuffle) or ``"quasi_random"``
+  (``order.py``), whose chunk and window sizes come from ``io_ahead``; the
+  default ``"auto"`` is the full shuffle here, and ``fetchplan.attach`` makes it
+  quasi-random for a bucket dataset read through a chunk cache smaller than it,
+  where a full shuffle fetches chunks many times over (the forecasts of both
+  orders in the reason).
 """
 from __future__ import annotations
 
@@ -68,8 +72,10 @@ def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Opti
     """(order, (chunk, window) or None, reason)."""
     if order not in ORDERS:
         raise OptionError(f"order={order!r}: expected one of {', '.join(map(repr, ORDERS))}")
-    if order == "random":
-        return order, None, "full shuffle" if shuffle is not False else "shuffle=False: record order"
+    if order in ("random", "auto"):
+        reason = "full shuffle" if shuffle is not False else "shuffle=False: record order"
+        return "random", None, reason + (" (order='auto': the dataset is not read through a chunk cache smaller "
+                                         "than it)" if order == "auto" and shuffle is not False else "")
     if shuffle is False:
         raise OptionError("order='quasi_random' shuffles; it cannot be combined with shuffle=False")
     if not budget or extents is None:
@@ -87,6 +93,7 @@ def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: A
     plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
     plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
     plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
+    plan.order_asked = order
     plan.drop_behind = drop_behind(plan, batch_size)
     if plan.drop_behind is not None and plan.io_ahead:
         plan.reasons["io_ahead"] += f"; pages of records {plan.drop_behind} positions behind are dropped"

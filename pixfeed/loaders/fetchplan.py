@@ -6,7 +6,11 @@ its data file through a chunk cache, and fills ``plan.storage = "bucket
 chunks"``, its reason and ``plan.fetch`` (regime, chunk bytes, chunks, chunks
 the limit holds, and the bytes this epoch will fetch on the node: the GETs of
 furthest-next-use eviction simulated over the epoch's order of every rank,
-``belady``).  Regimes: ``order="quasi_random"`` reads ``QUASI_CHUNKS`` cache
+``belady``).  ``order="auto"`` (the default) becomes ``"quasi_random"`` here,
+for a shuffled read: a full shuffle of a dataset larger than its cache fetches
+most chunks again and again (1.5x to many times the data file an epoch, as the
+cache is small against it), quasi-random each about once; the reason gives
+both forecasts, and ``order="random"`` keeps the full shuffle.  Regimes: ``order="quasi_random"`` reads ``QUASI_CHUNKS`` cache
 chunks of consecutive records at a time (windows of up to 32 of them, sized to
 a tenth of the cache), so each chunk is fetched about once; a full shuffle
 touches chunks all over the file, and the eviction policy decides how often
@@ -68,6 +72,11 @@ def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
     cache, sampler, plan = getattr(dataset, "chunks", None), loader.sampler, loader.pixfeed_plan
     if cache is None or extents is None or not isinstance(sampler, ResumableSampler):
         return
+    full_shuffle = None
+    if getattr(plan, "order_asked", None) == "auto" and plan.order == "random" and sampler.shuffle:
+        sampler._resize()
+        full_shuffle = forecast(Fetcher(cache, extents, sampler, plan.io_ahead or DEFAULT_AHEAD, 0))
+        plan.order = "quasi_random"
     if plan.order == "quasi_random":
         sampler.quasi = plan.quasi = quasi_sizes(cache, extents)
         plan.reasons["order"] = (f"shuffled chunks of {plan.quasi[0]} consecutive records ({QUASI_CHUNKS} cache "
@@ -78,6 +87,14 @@ def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
     plan.fetch = {"regime": regime(plan, sampler), **forecast(sampler.hints)}
     plan.storage = "bucket chunks"
     f = plan.fetch
+    if full_shuffle is not None:
+        plan.reasons["order"] = (f"order='auto': the dataset ({mib(f['data_bytes'])}) is larger than its chunk cache "
+                                 f"({f['capacity']} chunks of {mib(f['chunk_bytes'])}), so quasi-random: "
+                                 f"{plan.reasons['order']}; this epoch fetches {mib(f['epoch_bytes'])} "
+                                 f"({f['epoch_bytes'] / max(f['data_bytes'], 1):.2f}x the data file) where a full "
+                                 f"shuffle would fetch {mib(full_shuffle['epoch_bytes'])} "
+                                 f"({full_shuffle['epoch_bytes'] / max(f['data_bytes'], 1):.2f}x); order='random' "
+                                 "for the full shuffle")
     plan.reasons["storage"] = (
         f"dataset > cache_limit: {f['chunks']} chunks of {mib(f['chunk_bytes'])}, {f['capacity']} fit; "
         f"{f['regime']}; epoch {loader.epoch} fetches {mib(f['epoch_bytes'])} "

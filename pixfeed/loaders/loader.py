@@ -141,7 +141,7 @@ def build_loader(
     seed: Optional[int] = None,
     distributed: Distributed = "auto",
     stall_timeout: float = rules.STALL_TIMEOUT,
-    order: str = "random",
+    order: str = "auto",
     io_ahead: Auto = "auto",
     decode_threads: Auto = "auto",
     training_threads: Auto = "auto",

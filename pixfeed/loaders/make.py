@@ -31,7 +31,7 @@ def make_loader(
     seed: Optional[int] = None,
     distributed: Distributed = "auto",
     stall_timeout: float = rules.STALL_TIMEOUT,
-    order: str = "random",
+    order: str = "auto",
     io_ahead: Auto = "auto",
     decode_threads: Auto = "auto",
     training_threads: Auto = "auto",
@@ -47,8 +47,10 @@ def make_loader(
     An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
     (pixfeed's WebDataset reader) is given the values passed here and otherwise keeps its own;
     any other iterable dataset refuses them.  ``order="quasi_random"`` shuffles chunks of
-    consecutive records instead, for datasets larger than memory; ``io_ahead`` is the bytes of
-    records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
+    consecutive records instead, for datasets larger than memory; the default ``"auto"`` is the full
+    shuffle (``"random"``) except for a bucket dataset larger than its ``cache_limit``, read through
+    chunks, which it reads quasi-randomly (the reason, with both orders' forecast bytes, in the plan);
+    ``io_ahead`` is the bytes of records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
     decodes each batch's images on that many threads where they are read (by default all usable
     CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
     batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.

@@ -25,7 +25,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-ORDERS = ("random", "quasi_random")
+ORDERS = ("auto", "random", "quasi_random")  # auto: quasi_random for a bucket dataset larger than its cache
 CHUNKS_PER_WINDOW = 32
 
 

@@ -103,6 +103,7 @@ class LoaderPlan:
     storage: str = "unknown"
     io_ahead: int = 0
     order: str = "random"
+    order_asked: str = "auto"  # what make_loader was given ("auto": fetchplan may choose quasi_random)
     quasi: Optional[Tuple[int, int]] = None
     drop_behind: Optional[int] = None
     fetch: Optional[Dict[str, Any]] = None  # a chunk-cached bucket dataset's fetch plan (fetchplan.py)
