@@ -1,25 +1,10 @@
 """One stored record as a single buffer: a fixed header, then the stored bytes.
 
 This is the value layout of the LMDB format (``pixfeed.packers.lmdb``); any
-language can parse it.  The header is 40 bytes, little-endian, struct format
-``"<4sBBHqQIIQ"`` (version 2 adds the field table after the stored bytes)::
-
-    offset  size  type     field
-     0      4     bytes    magic     b"PXFR"
-     4      1     uint8    version   2 (1: no field table; still read)
-     5      1     uint8    kind      0 raw (H x W x 3 uint8 RGB pixels), 1 jpeg, 2 png, 3 webp
-     6      2     uint16   reserved  0
-     8      8     int64    label     class index, -1 for a flat source
-    16      8     uint64   checksum  xxh3_64 of the stored bytes
-    24      4     uint32   height    H of the decoded image (after EXIF orientation)
-    28      4     uint32   width     W
-    32      8     uint64   length    number of stored bytes that follow (raw: H * W * 3)
-    40      ...            the stored bytes (8-byte aligned)
-    40+length              version 2: the field table, the manifest's "schema" in order:
-                   4  uint32  number of fields F, then F times:
-                   4  uint32  n, the field's stored bytes
-                   8  uint64  xxh3_64 of them
-                   n          the stored bytes (pixfeed.fields: int64, float64, UTF-8, array bytes, PNG, ...)
+language can parse it: a 40-byte little-endian header, struct format
+``"<4sBBHqQIIQ"`` (magic b"PXFR", version, kind, reserved, label, checksum,
+height, width, length), the stored bytes, then (version 2) the field table.
+The byte-by-byte table is docs/formats.md#lmdb, documented once.
 
 ``parse`` checks every structural field and raises CorruptDataError naming
 the record on any malformed buffer; it does not check the checksum (readers

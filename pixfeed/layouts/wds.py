@@ -1,51 +1,8 @@
-"""Layout of the WebDataset format (``--format wds``): POSIX tar shards of samples.
+"""Layout of the WebDataset format (``--format wds``): its on-disk constants, imported by both
+its writer (pixfeed.packers.wds) and its reader (pixfeed.datasets.wds), so the two cannot disagree.
 
-::
-
-    shard-000000.tar, shard-000001.tar, ...
-    keys.json, pixfeed.json                   pixfeed.json lists every shard under "shards":
-                                              [{"name", "count", "bytes", "xxh3_64"}]
-    keys.offsets.npy, keys.utf8               the key index (pixfeed/keyindex.py)
-
-Each sample is three consecutive tar members sharing a member key ``K``::
-
-    K.jpg | K.png   encoded mode: the stored image bytes (extension from the real format)
-    K.npy           pixels mode: uint8 H x W x 3 RGB, ``np.save(allow_pickle=False)``
-    K.cls           the label as ASCII decimal (-1 for a flat source)
-    K.json          {"key": pixfeed key, "label", "class": name or null,
-                     "size": [H, W] of the source image (after EXIF orientation),
-                     "index": record index in the dataset,
-                     "xxh3_64": checksum of the image member's bytes, 16 hex digits}
-
-Each field of the manifest's "schema" (pixfeed.fields) is one more member,
-``K.NAME.EXT`` (WebDataset's multi-dot naming: ``sample["caption.txt"]``),
-so field names never collide with each other or with pixfeed's own members::
-
-    K.NAME.cls      int: ASCII decimal
-    K.NAME.txt      str: UTF-8 text; float: its shortest repr, ASCII
-    K.NAME.json     json: the JSON text
-    K.NAME.bin      bytes: as given
-    K.NAME.npy      ndarray and boxes: ``np.save(allow_pickle=False)``; pixels-mode image: H x W x 3
-    K.NAME.png      mask: a grayscale PNG (both store modes; lossless)
-    K.NAME.jpg|png  encoded-mode image: its bytes
-
-and ``K.json`` gains ``"fields": {NAME: xxh3_64 of the member's bytes, 16 hex digits}``.
-
-Members are deterministic: PAX format, mtime 0, uid/gid 0, no owner names,
-mode 0o444.  Member keys: WebDataset splits a member name at the first "." of
-its basename and treats "/" as a directory, so the pixfeed key is made flat
-and dot-free: NFC-normalised, "/" becomes "__", every character other than a
-Unicode letter, digit, "_" or "-" becomes "_" (``cat/my photo.v2`` ->
-``cat__my_photo_v2``); a key that is then taken gets "-1", "-2", ...
-(first come in source order).  The pixfeed key is kept in ``K.json`` and
-``keys.json``.  Record ``i`` of the dataset is the ``i``-th sample in shard
-order, so ``keys.json[i]`` is its key.
-
-Reading with plain webdataset or tar::
-
-    for sample in webdataset.WebDataset("DST/shard-{000000..000009}.tar"):
-        data, label = sample["jpg"], int(sample["cls"])   # or sample["npy"] in pixels mode
-    tar tf DST/shard-000000.tar
+The layout is documented once, in docs/formats.md#wds.  Reading it with plain
+webdataset or tar: the code blocks there, which run in the test suite against a fresh pack.
 """
 from __future__ import annotations
 
