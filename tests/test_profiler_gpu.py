@@ -84,3 +84,25 @@ def test_gpu_time_counts_up_to_the_wait_and_the_rest_is_split_by_stage():
     overlapped = StallReport([Step(wait=0.001, compute=0.050, images=8, gpu_decode=0.020, gpu_decoded=8)], stages)
     assert overlapped.per_batch()[GPU_STAGE] == pytest.approx(0.001)  # decode behind the step kept no one waiting
     assert overlapped.per_batch()["decode"] == 0 and overlapped.bound == "compute-bound"
+
+
+def test_the_cpu_backend_batch_decoder_moves_the_stage(tmp_path):
+    """The real counters: pixfeed.image.gpu.BatchDecoder with nvImageCodec's CPU backend (the CI stand-in for
+    the GPU one) decodes each batch in the loop; a PNG falls back to the CPU decoder inside the batch."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    from conftest import write_image
+    from pixfeed.image import gpu as gpu_module
+
+    paths = [write_image(tmp_path / f"{i}.jpg", size=(48 + i, 40), seed=i, fmt="JPEG") for i in range(3)]
+    paths.append(write_image(tmp_path / "3.png", size=(40, 40), seed=3, fmt="PNG"))
+    records = [p.read_bytes() for p in paths]
+    decoder = gpu_module.BatchDecoder(torch.device("cpu"), backend="cpu")
+
+    class Decoding:
+        def __iter__(self):
+            for _ in range(4):
+                yield decoder.decode(records, None, (32, 32)), torch.zeros(len(records))
+
+    report = pixfeed.profile_loader(Decoding(), steps=3, device=None, warmup=1)
+    assert report.gpu()["gpu_decoded"] == 3 * 3 and report.gpu()["cpu_fallback"] == 3
+    assert report.gpu()["seconds_per_batch"] > 0 and GPU_STAGE in report.per_batch()
