@@ -162,8 +162,8 @@ def test_pil_images_pack_losslessly_and_bad_images_and_labels_are_named(tmp_path
     cases = [
         ([{"image": np.zeros((8, 8, 3), np.float32)}],
          r"sample 0: image is a float32 array of shape \(8, 8, 3\); give .* a PIL image or an HxWx3"),
-        ([{"image": image(0), "label": 2}, {"image": image(1), "label": -1}],
-         r"sample 1: label -1 is neither a class index \(int >= 0\) nor a class name"),
+        ([{"image": image(0), "label": 2}, {"image": image(1), "label": -2}],  # -1 is unlabelled (data-rules.md)
+         r"sample 1: label -2 is negative; a label is a class index \(an integer >= 0\) or -1 for unlabelled"),
         ([{"image": image(0), "label": 1}, {"image": image(1), "label": "cat"}],
          r"sample 1: label 'cat' is a class name and sample 0's 1 a class index"),
         ([{"image": image(0), "label": True}], r"sample 0: label True is neither"),

@@ -1,7 +1,12 @@
 """One entry point per step for every field type: parse a source cell, encode it to its stored
-bytes, decode stored bytes, and the fixed row (dtype, shape) formats store as one array."""
+bytes, decode stored bytes, and the fixed row (dtype, shape) formats store as one array.
+
+Missing values (a null cell, an empty CSV cell outside a ``str`` column): a ``json`` field stores
+JSON null, a ``float`` field NaN; the other types have no missing value, so such a cell is an
+error unless the source fills it (an index's ``--fill NAME=VALUE``; docs/data-rules.md)."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import numpy as np
@@ -10,10 +15,29 @@ from ..errors import SourceError
 from . import BLOBS, PICTURES, SCALARS, Field, array, scalar, text
 
 
-def parse(field: Field, value, where: str, is_text: bool = False):
-    """A source cell as the field's value (a path or bytes for pictures); SourceError names ``where``."""
-    if value is None or (is_text and value == "" and field.type != "str"):
-        raise SourceError(f"{where}: empty cell for field {field.name} ({field.spec})")
+def is_missing(field: Field, value, is_text: bool = False) -> bool:
+    """Whether a cell holds no value: None (JSON/Parquet null), or an empty CSV cell (except in a
+    ``str`` column, where it is the empty text)."""
+    return value is None or (is_text and value == "" and field.type != "str")
+
+
+def missing_fix(name: str) -> str:
+    """How to proceed past a null of field ``name`` in an index file (``pack --index``)."""
+    return (f"give the row a value, fill the column's nulls with --fill {name}=VALUE (fill={{{name!r}: VALUE}}), "
+            f"or keep them as JSON null with --field {name}:json")
+
+
+def parse(field: Field, value, where: str, is_text: bool = False, fix: Optional[str] = None):
+    """A source cell as the field's value (a path or bytes for pictures); SourceError names ``where``.
+    A missing cell (``is_missing``) is null in a ``json`` field and NaN in a ``float`` field; in any other
+    field it has no stored form, and the error says how to proceed (``fix``, default ``missing_fix``)."""
+    if is_missing(field, value, is_text):
+        if field.type == "json":
+            return None
+        if field.type == "float":
+            return math.nan
+        raise SourceError(f"{where}: {'null' if value is None else 'empty cell'} for field {field.name} "
+                          f"({field.spec}), which has no missing value; {fix or missing_fix(field.name)}")
     if field.type in SCALARS:
         return scalar.parse(field.type, value, where)
     if field.type in BLOBS:

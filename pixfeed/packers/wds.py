@@ -202,7 +202,8 @@ class WdsWriter(Writer):
         then every later member's bytes joined: three buffers to hash and write, not 3 a member)."""
         payload = _npy(rec.data) if rec.encoding == "raw" else rec.data
         classes = self.source.classes
-        meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if classes else None,
+        named = classes and rec.label >= 0  # -1: unlabelled, no class
+        meta = {"key": rec.key, "label": rec.label, "class": classes[rec.label] if named else None,
                 "size": list(rec.source_shape), "index": index,
                 "xxh3_64": f"{rec.checksum if payload is rec.data else record_hash(payload):016x}"}
         name = self.names[rec.index]

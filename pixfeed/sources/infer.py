@@ -6,16 +6,24 @@ element is fractional; a first dimension that varies becomes N); any other
 list or object (or JSON text of one in a CSV) -> ``json``.  A CSV column that
 mixes plain text with numbers is text; values of different kinds elsewhere
 (a number and a text in a JSONL column, or in ``pack_samples``' dicts) are an
-error naming two of them.
+error naming two of them.  Null cells (None, or an empty CSV cell) do not count:
+a column of nothing but nulls is ``json`` (a CSV's empty column ``str``), and
+what a null is stored as follows its type (``pixfeed.fields.codec.parse``).
+
+Labels (``check_labels``, ``id_classes``): integers are class indices, kept as
+they are in every source, -1 meaning unlabelled and other negatives refused;
+their classes are given names, else "0".."max" (``index_classes``).
 """
 from __future__ import annotations
 
 import json
-from typing import Optional, Sequence
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import SourceError
+from ..errors import OptionError, SourceError
 from ..fields import Field
 
 
@@ -26,8 +34,8 @@ def infer(name: str, cells: list, is_text: bool, where: Optional[Sequence[str]] 
     kept = [(n, c) for n, c in enumerate(cells) if c is not None and (c != "" or not is_text)]
     values = [_from_text(c) if is_text else c for _, c in kept]
     kinds = [_kind(v) for v in values]
-    if not values:
-        return Field(name, "str")
+    if not values:  # every cell empty: a CSV's empty texts stay text; nulls elsewhere are JSON nulls
+        return Field(name, "str" if is_text else "json")
     if len(set(kinds)) > 1:
         if is_text and "text" in kinds:
             return Field(name, "str")
@@ -50,11 +58,47 @@ def infer(name: str, cells: list, is_text: bool, where: Optional[Sequence[str]] 
     return Field(name, "json")
 
 
+UNLABELLED = -1  # the label of a sample without one: a flat folder's, Hugging Face's "no label"
+LABEL_RULE = "a label is a class index (an integer >= 0) or -1 for unlabelled"
+
+
 def class_index(value) -> Optional[int]:
     """``value`` as a class index: an int >= 0 (NumPy's too, not a bool), else None."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
         return int(value)
     return None
+
+
+def label_int(value) -> Optional[int]:
+    """``value`` as an integer label, any sign (the caller refuses those below -1 by ``check_labels``):
+    an int (NumPy's too, not a bool), or its digits in text (a CSV cell, a ``.cls`` member), else None."""
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        return int(text) if digits.isdigit() and digits.isascii() else None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
+def check_labels(ids, where) -> None:
+    """Raise SourceError at the first label below -1 (``where(i)`` names sample ``i``): -1 is unlabelled,
+    other negative integers are no label pixfeed can store faithfully."""
+    ids = np.asarray(ids, np.int64)
+    bad = np.flatnonzero(ids < UNLABELLED)
+    if len(bad):
+        raise SourceError(f"{where(int(bad[0]))}: label {int(ids[bad[0]])} is negative; {LABEL_RULE}, so "
+                          "give the sample its class index, or -1")
+
+
+def unlabelled_note(labels, what: str, unit: str = "samples") -> Optional[str]:
+    """The manifest's note when some of ``labels`` (from a class column, ``.cls`` members or given
+    labels: ``what``) are -1, unlabelled; None when none are."""
+    labels = np.asarray(labels, np.int64)
+    n = int((labels == UNLABELLED).sum())
+    if not n:
+        return None
+    return f"{what}: {n} of {len(labels)} {unit} unlabelled (label -1: -1 or no value)"
 
 
 def index_classes(ids) -> Optional[list]:
@@ -66,6 +110,57 @@ def index_classes(ids) -> Optional[list]:
     if not len(ids) or int(ids.max()) >= max(1024, 2 * len(np.unique(ids))):
         return None
     return [str(c) for c in range(int(ids.max()) + 1)]
+
+
+def id_classes(ids, names: Optional[Sequence[str]] = None, what: str = "--class-names") -> Optional[list]:
+    """The classes of integer labels ``ids``: ``names`` (the class of label k is names[k]; every label
+    must have one, ``what`` names where they came from) when given, else ``index_classes(ids)``."""
+    if names is None:
+        return index_classes(ids)
+    ids = np.asarray(ids, np.int64)
+    top = int(ids.max()) if len(ids) else UNLABELLED
+    what = getattr(names, "origin", what)
+    if top >= len(names):
+        raise SourceError(f"{what}: {len(names)} class names, but a sample has label {top}; give a name for "
+                          f"every class index from 0 to {top}")
+    return [str(n) for n in names]
+
+
+def read_class_names(value, what: str = "--class-names") -> Optional[List[str]]:
+    """Class names from ``value``: None; a list of names; or a file, a JSON list of strings or a text
+    file of one name per line (blank lines at the end ignored).  OptionError when unreadable or when
+    a name repeats or is empty."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            text = Path(value).read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as e:
+            raise OptionError(f"{what} {value}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        stripped = text.strip()
+        if stripped.startswith("["):
+            try:
+                names = json.loads(stripped)
+            except ValueError as e:
+                raise OptionError(f"{what} {value}: not a JSON list of names ({e})") from None
+        else:
+            names = [line.rstrip("\r") for line in text.rstrip("\r\n").split("\n")] if stripped else []
+        what = f"{what} {value}"
+    else:
+        names = list(value)
+    if not all(isinstance(n, str) and n for n in names):
+        raise OptionError(f"{what}: each class name must be a non-empty string")
+    if not names or len(set(names)) != len(names):
+        dup = next((n for n in names if names.count(n) > 1), None)
+        raise OptionError(f"{what}: " + (f"names {dup!r} twice; class names must differ" if dup else "no names"))
+    out = ClassNames(names)
+    out.origin = what
+    return out
+
+
+class ClassNames(list):
+    """Class names read from ``origin`` (``--class-names FILE``), named in messages."""
+    origin = "--class-names"
 
 
 def _kind(value) -> str:

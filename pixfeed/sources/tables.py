@@ -1,7 +1,8 @@
 """Reading an index file into columns: CSV and JSONL with the standard library, Parquet with pyarrow.
 
 ``read_table(path)`` returns (columns {name: [cell, ...]}, row names for
-messages, whether the cells are text to parse (CSV) or typed values).
+messages, whether the cells are text to parse (CSV) or typed values);
+``hf_class_names`` the names of a Hugging Face Parquet's ``ClassLabel`` columns.
 """
 from __future__ import annotations
 
@@ -69,6 +70,26 @@ def _jsonl(path: Path, data: bytes):
             cells.append(row.get(name))
         rows.append(f"line {n}")
     return columns, rows, False
+
+
+def hf_class_names(path: Path, data: bytes) -> Dict[str, List[str]]:
+    """{column: class names} of the Hugging Face ``ClassLabel`` columns of a Parquet file, from the
+    ``huggingface`` key of its Arrow schema metadata (``{"info": {"features": {COLUMN: {"_type":
+    "ClassLabel", "names": [...]}}}}``, as ``datasets`` writes it); {} for other files and metadata."""
+    if SUFFIXES.get(path.suffix.lower()) != "parquet":
+        return {}
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
+        features = json.loads(meta.get(b"huggingface", b"{}")).get("info", {}).get("features", {})
+    except Exception:  # noqa: BLE001 - metadata beside a table read already: unreadable metadata names nothing
+        return {}
+    if not isinstance(features, dict):
+        return {}
+    return {column: [str(n) for n in f["names"]] for column, f in features.items()
+            if isinstance(f, dict) and f.get("_type") == "ClassLabel" and isinstance(f.get("names"), list)}
 
 
 def _parquet(path: Path, data: bytes):
