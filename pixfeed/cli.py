@@ -52,15 +52,15 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
     p.add_argument("--index", metavar="FILE", help="CSV, JSONL or Parquet with one row per sample (image paths "
                    "relative to SRC, or image bytes in Parquet); its other columns become typed fields")
+    p.add_argument("--allow-outside-src", action="store_true", help="index: also read image and mask paths that "
+                   "are absolute or leave SRC (as Hugging Face's to_parquet writes); see docs/untrusted-data.md")
+    p.add_argument("--allow-links", action="store_true", help="a pixfeed dataset as SRC: read it though it holds "
+                   "symbolic links or HDF5 external links or storage (refused by default)")
     p.add_argument("--image-column", help="index: the image column (default: the first named image, path, file, filename)")
     p.add_argument("--field", action="append", metavar="NAME:TYPE",
                    help="index: the type of column NAME: int, float, str, json, bytes, boxes, image, mask or an "
                         "array DTYPE[d0,...] such as float32[N,4] (repeatable; default: inferred)")
     p.add_argument("--class-column", help="index: the column whose values are the classes (labels: sorted indices)")
-    p.add_argument("--class-names", metavar="FILE", help="names of integer labels (an index's integer class "
-                   "column, shards' .cls): a text file of one name a line, label 0 first, or a JSON list")
-    p.add_argument("--fill", action="append", metavar="NAME=VALUE", help="index: store VALUE where column NAME "
-                   "is null or empty (json fields keep null, float ones NaN; repeatable)")
     p.add_argument("--image-ext", help="WebDataset shards as SRC: the image member's extension when a sample has "
                    "several (jpg, jpeg, png, webp)")
     p.add_argument("--per-box", metavar="NAMES", help="index: comma-separated fields with one row per box, dropped "
@@ -97,11 +97,6 @@ def _pack_options(args) -> dict:
 def cmd_pack(args) -> int:
     from .packers import interrupt, pack
 
-    if args.dst is None:  # pack --index FILE DST: an index holding its images' bytes needs no SRC
-        if not args.index:
-            raise OptionError("pixfeed pack SRC DST: give the source and the destination (only --index FILE, "
-                              "when the index holds the images' bytes, takes DST alone)")
-        args.src, args.dst = None, args.src
     start = time.perf_counter()
     try:
         m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), executor=args.executor,
@@ -272,9 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "WebDataset shards or a pixfeed dataset, local or in a bucket")
     p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train); "
                    "WebDataset shards (a folder of .tar, a brace pattern train-{000..009}.tar, a bucket prefix); "
-                   "or a pixfeed dataset to repack; with --index, the folder (or URL prefix) its paths are relative "
-                   "to, left out when the index holds the images' bytes")
-    p.add_argument("dst", nargs="?", help="output dataset directory (or a URL, s3://bucket/prefix)")
+                   "or a pixfeed dataset to repack")
+    p.add_argument("dst", help="output dataset directory (or a URL, s3://bucket/prefix)")
     _pack_arguments(p)
     p.set_defaults(func=cmd_pack)
 

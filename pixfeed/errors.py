@@ -45,6 +45,31 @@ class ImageDecodeError(SourceError):
     """Bytes that should hold an image cannot be decoded safely."""
 
 
+# Hostile input stays in its place (docs/untrusted-data.md): one error per boundary.
+class UnsafeNameError(SourceError):
+    """A field name (an index column, a shard member, a ``pack_samples`` key) breaks the name rule; such
+    names become file names, so one like ``../x`` would write outside DST."""
+
+
+class OutsideSourceError(SourceError):
+    """A path in an index file is absolute or leaves SRC (``..``), and ``allow_outside_src`` was not given."""
+
+
+class OutsideDatasetError(DatasetError):
+    """A packed dataset names a file outside itself (a manifest path, an HDF5 external link or external
+    storage) or holds a symbolic link, and ``allow_links`` was not given."""
+
+
+class UnsafeCacheError(PixfeedError, PermissionError):
+    """The node-local cache of bucket datasets is not this user's alone (another owner, writable by
+    others) or holds a symbolic link where pixfeed writes or reads."""
+
+
+class OverwriteRefusedError(OptionError):
+    """``--overwrite`` was asked to replace something that is not verifiably a pixfeed dataset, or a folder
+    holding the source."""
+
+
 def require_int(name: str, value: Any, minimum: int, auto: bool = False) -> int:
     """``value`` if it is an integer >= ``minimum`` (not a bool), else an OptionError naming ``name``;
     ``auto`` says that the caller also takes "auto" (checked before calling)."""

@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import DatasetError, DatasetNotFoundError
+from .errors import DatasetError, DatasetNotFoundError, OutsideDatasetError
 from .registry import FORMATS
 from .storage.store import BucketNotFoundError, Store, is_url, local_path
 
@@ -48,7 +48,8 @@ STORES = ("pixels", "encoded")
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to ``path`` through a temporary sibling and ``os.replace``."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)  # never through a planted link
+    with open(fd, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1, ensure_ascii=False)
         f.flush()
         os.fsync(f.fileno())
@@ -60,8 +61,9 @@ def write_manifest(root: Path, manifest: dict) -> None:
     write_json_atomic(root / MANIFEST_NAME, manifest)
 
 
-def read_manifest(root: str | os.PathLike, storage_options: dict | None = None) -> dict:
-    """Read and validate ``root/pixfeed.json`` (``root`` may be a URL); raise a clear DatasetError otherwise."""
+def read_manifest(root: str | os.PathLike, storage_options: dict | None = None, allow_links: bool = False) -> dict:
+    """Read and validate ``root/pixfeed.json`` (``root`` may be a URL); raise a clear DatasetError otherwise
+    (OutsideDatasetError for a manifest that is a symbolic link, unless ``allow_links``)."""
     if is_url(root):
         return _read_remote(root, storage_options)
     root = local_path(root)
@@ -72,6 +74,10 @@ def read_manifest(root: str | os.PathLike, storage_options: dict | None = None) 
         raise DatasetError(f"{root}: not a directory; a pixfeed dataset is a directory holding {MANIFEST_NAME}")
     if not path.is_file():
         raise DatasetError(f"{root}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with 'pixfeed pack'")
+    if path.is_symlink() and not allow_links:
+        raise OutsideDatasetError(f"{path}: the manifest is a symbolic link (to {os.readlink(path)!r}); a "
+                                  "dataset's files must be its own: pass allow_links=True (--allow-links) if "
+                                  "you trust where it points")
     return parse_manifest(path.read_bytes(), path)
 
 
@@ -135,3 +141,23 @@ def validate(m: Any, where: object) -> None:
         _require(isinstance(size, int) and not isinstance(size, bool) and size >= 0
                  and isinstance(meta.get("xxh3_64"), str),
                  where, f"files[{name!r}] must have a non-negative integer 'bytes' and a string 'xxh3_64'")
+    _check_named_paths(m, where)
+
+
+def _check_named_paths(m: dict, where: object) -> None:
+    """Every other path the manifest names (the keys' files, the shards) stays inside the dataset: checked
+    on the text, before any is opened (OutsideDatasetError naming the entry)."""
+    from .storage.paths import inside
+
+    named = [("keys_file", m["keys_file"])] if "keys_file" in m else []
+    entry = m.get("key_index")
+    if entry is not None:
+        named += [(f"key_index[{k!r}]", entry.get(k) if isinstance(entry, dict) else entry) for k in ("offsets", "blob")]
+    shards = m.get("shards")
+    if shards is not None:
+        named += [(f"shards[{n}].name", s.get("name") if isinstance(s, dict) else s)
+                  for n, s in enumerate(shards if isinstance(shards, list) else [shards])]
+    for what, name in named:
+        if not inside(name):
+            raise OutsideDatasetError(f"{where}: {what} {name!r} must be a relative path inside the dataset "
+                                      "(no absolute path, no '..'); a dataset reads only its own files")

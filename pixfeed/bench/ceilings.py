@@ -122,13 +122,14 @@ def _result(results, procs) -> Tuple[float, float]:
 
 
 def file_copy(root: Path, paths: Sequence[str], work: Path) -> dict:
-    """Rate of copying the source files (``paths`` relative to ``root``) into a folder under ``work``."""
+    """Rate of copying the source files (``paths`` relative to ``root``) into a folder under ``work``.
+    The copies are named by their number (``00000007.jpg``), never by the source's path: a path from an
+    index (``../x``) must not choose where a copy is written."""
     dst = Path(tempfile.mkdtemp(prefix="copy-", dir=work))
     try:
         start, nbytes = time.perf_counter(), 0
-        for rel in paths:
-            target = dst / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+        for n, rel in enumerate(paths):
+            target = dst / f"{n:08d}{os.path.splitext(rel)[1][:8]}"
             shutil.copyfile(root / rel, target)
             nbytes += target.stat().st_size
         seconds = time.perf_counter() - start

@@ -56,6 +56,7 @@ from ..storage.chunkfile import ChunkFile
 from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
 from ..storage.pagecache import Extents
+from ..storage.paths import check_dataset_links
 from ..storage.store import Store, is_url, join, local_path
 from .fieldvalues import FieldValues, sample_rng
 
@@ -69,14 +70,19 @@ class ImageRecords(FieldValues):
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
                  checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
                  storage_options: Optional[dict] = None, cache_dir=None, cache_limit=None, chunk_bytes=None,
-                 storage_timeout: float = TIMEOUT, fields: Optional[Sequence[str]] = BUILTIN):
-        self.manifest = read_manifest(path, storage_options)
+                 storage_timeout: float = TIMEOUT, fields: Optional[Sequence[str]] = BUILTIN,
+                 allow_links: bool = False):
+        if not is_url(path) and local_path(path).is_dir():  # before anything in it is read
+            check_dataset_links(local_path(path), allow_links)
+        self.manifest = read_manifest(path, storage_options, allow_links)
+        self.allow_links = allow_links  # symbolic links, HDF5 external links and storage (docs/untrusted-data.md)
         self.remote = Store(path, storage_options) if is_url(path) else None
         self.chunks = None  # a ChunkCache when the data file is read through chunks (pixfeed.storage.chunked)
         if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
             self.path, self.chunks = open_remote(path, self.manifest, storage_options, cache_dir, cache_limit,
                                                  chunk_bytes, storage_timeout)
             self.remote = None
+            check_dataset_links(self.path)  # the cache's copy: pixfeed's own files only
         else:
             self.path = self.remote.url if self.remote is not None else local_path(path)
         if self.manifest["format"] != self.format:

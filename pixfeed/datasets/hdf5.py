@@ -6,7 +6,9 @@ from typing import Optional
 import numpy as np
 
 from ..image import buffers as batchbuffers
+from ..errors import OutsideDatasetError
 from ..layouts import hdf5 as layout
+from ..storage.paths import LINKS_OPTION
 from ..storage.pagecache import Extents
 from .base import MapImageDataset
 
@@ -39,6 +41,8 @@ class H5ImageDataset(MapImageDataset):
         import h5py
 
         f = h5py.File(self.data_file(layout.DATA), "r")
+        if not self.allow_links:
+            check_contained(f, f"{self.path}/{layout.DATA}")
         data = f[self._records_name]
         raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
             and data.id.get_create_plist().get_nfilters() == 0
@@ -96,6 +100,8 @@ class H5ImageDataset(MapImageDataset):
         import h5py
 
         with h5py.File(self.data_file(layout.DATA), "r") as f:
+            if not self.allow_links:
+                check_contained(f, f"{self.path}/{layout.DATA}")
             data = f[self._records_name]
             if data.chunks is None or data.id.get_create_plist().get_nfilters():
                 return None
@@ -113,6 +119,34 @@ class H5ImageDataset(MapImageDataset):
                 return np.array([c[1] for c in chunks], np.int64), np.array([c[2] for c in chunks], np.int64)
             refs = b"".join(data.id.read_direct_chunk((first,))[1] for first, _, _ in chunks)
         return _heap_extents(refs, len(self))
+
+
+def check_contained(f, where: str) -> None:
+    """Raise OutsideDatasetError if the open HDF5 file ``f`` reads any other file: an external link, a
+    dataset with external storage, a virtual dataset (pixfeed writes none; ``allow_links`` accepts them)."""
+    import h5py
+
+    def dataset(name: str, obj) -> Optional[str]:  # a visitor: the first non-None return ends the visit
+        if isinstance(obj, h5py.Dataset) and obj.external:
+            return f"/{name} keeps its data in external files ({', '.join(repr(e[0]) for e in obj.external)})"
+        if isinstance(obj, h5py.Dataset) and obj.is_virtual:
+            return f"/{name} is a virtual dataset mapping other files"
+        return None
+
+    def link(name: str, value) -> Optional[str]:
+        return f"/{name} is an external link to {value.filename!r}" if isinstance(value, h5py.ExternalLink) else None
+
+    if hasattr(f, "visit_links"):  # h5py >= 3.11: every link once, none followed
+        found = f.visit_links(lambda name: link(name, f.get(name, getlink=True)))
+    else:
+        groups = [f]
+        f.visititems(lambda name, obj: groups.append(obj) if isinstance(obj, h5py.Group) else None)
+        found = next((why for g in groups for name in g
+                      if (why := link(f"{g.name.strip('/')}/{name}".lstrip("/"), g.get(name, getlink=True)))), None)
+    found = found or f.visititems(dataset)
+    if found:
+        raise OutsideDatasetError(f"{where}: {found}, outside the dataset; a dataset reads only its own files: pass "
+                                  f"{LINKS_OPTION} if you trust it")
 
 
 _VLEN_REF = np.dtype([("length", "<u4"), ("collection", "<u8"), ("index", "<u4")])

@@ -65,6 +65,21 @@ class Field:
         return out
 
 
+NAME_RULE = ("a field name is letters, digits, '_' and '-' (not starting with a digit), and not "
+             f"{' or '.join(BUILTIN)}, which every record has; field names become file names in a dataset")
+
+
+def check_name(name, what: str, fix: str = "rename it") -> str:
+    """``name`` if it may name a field (the name rule, NAME_RULE), else UnsafeNameError naming ``what``
+    (the index file and column, the shard member, the sample key): checked where a name enters, as a
+    name like ``../x`` would become a file outside the dataset."""
+    from ..errors import UnsafeNameError
+
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or name in BUILTIN:
+        raise UnsafeNameError(f"{what} {name!r} cannot be a field name: {NAME_RULE}; {fix}")
+    return name
+
+
 def parse_type(name: str, spec: str, where: str = "--field") -> Field:
     """The Field ``name`` of type ``spec`` (``int``, ``float32[N,4]``, ...); OptionError otherwise."""
     from .array import DTYPES

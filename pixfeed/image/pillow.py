@@ -36,13 +36,30 @@ def check_webp_length(data: bytes, where: str) -> None:
         raise ImageDecodeError(f"{where}: truncated WebP ({len(data)} bytes of the {declared} its RIFF header gives)")
 
 
+# what a file that is no allowed image is, from its first bytes, for messages that quote none of them (a
+# note in a manifest must not carry a file's content: docs/untrusted-data.md)
+_KINDS = ((b"GIF8", "a GIF image"), (b"BM", "a BMP image"), (b"II*\0", "a TIFF image"), (b"MM\0*", "a TIFF image"),
+          (b"%PDF", "a PDF document"), (b"PK\3\4", "a ZIP archive"), (b"\x1f\x8b", "a gzip file"),
+          (b"RIFF", "a RIFF file that is not WebP"), (b"\0\0\0", "an ISO media file (HEIC, AVIF, MP4?)"),
+          (b"<", "markup text (HTML, XML, SVG?)"), (b"{", "JSON text?"))
+
+
+def _kind(data) -> str:
+    """What ``data`` looks like, named without quoting it: its first bytes match no image format."""
+    head = bytes(data[:8])
+    kind = next((k for magic, k in _KINDS if head.startswith(magic)), None)
+    if kind is None:
+        kind = "plain text" if all(32 <= b < 127 or b in b"\t\r\n" for b in head) else None
+    return f"{'it looks like ' + kind if kind else 'its first bytes match no known format'}; {len(data):,} bytes"
+
+
 def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Image.Image:
     """Open JPEG, PNG or WebP bytes with Pillow, enforcing the format allow-list and the bomb limit."""
     if not data:
         raise ImageDecodeError(f"{where}: empty file (0 bytes)")
     fmt = sniff(data)
     if fmt is None:
-        raise ImageDecodeError(f"{where}: not a {NAMES} file (starts with {bytes(data[:12])!r})")
+        raise ImageDecodeError(f"{where}: not a {NAMES} file ({_kind(data)})")
     if fmt == "WEBP":
         check_webp_length(data, where)
     limit = pixel_limit(max_pixels)

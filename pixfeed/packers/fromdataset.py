@@ -82,7 +82,7 @@ def kept_store(src, options: dict) -> dict:
     return {**options, **kept}
 
 
-def scan_dataset(src, dst, map_fn: Callable = map) -> DatasetSource:
+def scan_dataset(src, dst, map_fn: Callable = map, allow_links: bool = False) -> DatasetSource:
     """The source of a repack of ``src``; a wds dataset's shards are walked a shard per ``map_fn`` job
     (a pack's local workers: ``Executor.map``; ``_wds_labels_values``)."""
     from ..datasets import open_dataset
@@ -90,7 +90,7 @@ def scan_dataset(src, dst, map_fn: Callable = map) -> DatasetSource:
     root = local_path(src)
     if not is_url(dst) and local_path(dst).resolve() == root.resolve():
         raise OptionError(f"destination {dst} is the source dataset itself; repack to another DST")
-    ds = open_dataset(root, fields=None)
+    ds = open_dataset(root, fields=None, allow_links=allow_links)
     n, names = len(ds), [f.name for f in ds.schema]
     keys = ds.keys()
     places = None

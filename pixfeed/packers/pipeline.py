@@ -28,13 +28,13 @@ import numpy as np
 from .. import __version__, keyindex, registry
 from ..checksum import ALGORITHM, file_hash
 from ..storage.chunked import manifest_entry
-from ..errors import OptionError, OutputError, PixfeedError, SourceError
+from ..errors import OptionError, OutputError, OverwriteRefusedError, PixfeedError, SourceError
 from ..fields import per_box_fields
 from ..manifest import KEYS_NAME, LAYOUT_VERSION, MAGIC, MANIFEST_NAME, write_json_atomic, write_manifest
 from ..sources import Source, scan_source
 from ..sources.samples import from_inputs, function_name, scan_samples
 from ..storage.store import is_url, local_path
-from . import interrupt
+from . import interrupt, replace
 from .executors import LocalExecutor, make_executor, run_tasks
 from .fieldparts import FieldParts
 from .fromdataset import is_dataset, kept_store, scan_dataset
@@ -43,10 +43,16 @@ from .upload import Upload
 from .writer import Writer
 
 def _remove_stale_tmp(dst: Path) -> None:
-    for p in dst.parent.glob(f".{dst.name}.pixfeed-*-*"):
-        pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(p, ignore_errors=True)
+    """Remove what dead packs into ``dst`` left: only names this module makes, ``.DST.pixfeed-tmp-PID``
+    and ``.DST.pixfeed-old-PID``, compared as text (a DST named ``*`` matches nothing but its own)."""
+    prefix = f".{dst.name}.pixfeed-"
+    for e in os.scandir(dst.parent):
+        kind, _, pid = e.name[len(prefix):].partition("-") if e.name.startswith(prefix) else ("", "", "")
+        if kind in ("tmp", "old") and pid.isdigit() and pid.isascii() and not _alive(int(pid)):
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                os.unlink(e.path)
 
 
 def _alive(pid: int) -> bool:
@@ -74,23 +80,20 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     ``address``; see pixfeed.packers.ray_executor); both give the same dataset.
     """
     fmt = registry.get(format)
-    repack = src is not None and not isinstance(src, Source) and is_dataset(src)
-    if repack:
+    if not isinstance(src, Source) and is_dataset(src):
         options = kept_store(src, options)
     opts = PackOptions.create(**options).resolve(fmt)
     cls = registry.writer_class(format)
     executor = make_executor(executor, opts.workers, address, task_cpus)
     upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
     if upload is None:
-        dst = _local_dst(local_path(dst), opts.overwrite)
+        dst = _local_dst(local_path(dst), opts.overwrite, _sources(src, opts))
     if isinstance(src, Source):  # samples already gathered (pack_samples)
         source = src
     else:
         walk = executor.map if isinstance(executor, LocalExecutor) else map  # shards walked on the local workers
-        if repack and opts.class_names is not None:
-            raise OptionError(f"--class-names (class_names=) names integer labels of an index file, shards or "
-                              f"samples; the dataset {src} has its classes already")
-        source = scan_dataset(src, dst, walk) if repack else scan_source(src, opts, storage_options, walk)
+        source = scan_dataset(src, dst, walk, opts.allow_links) if is_dataset(src) else \
+            scan_source(src, opts, storage_options, walk)
     if opts.per_box:
         source.per_box = per_box_fields(source.schema, opts.per_box)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
@@ -109,8 +112,7 @@ def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequenc
     if not callable(samples):
         if inputs is not None:
             raise OptionError("pack_samples: inputs= goes with a function of one input; these samples are an iterable")
-        return pack(scan_samples(samples, None, schema, {"kind": "python"}, options.get("class_names")), dst,
-                    format, **options)
+        return pack(scan_samples(samples, None, schema, {"kind": "python"}), dst, format, **options)
     if inputs is None:
         raise OptionError("pack_samples(fn, DST, inputs=[...]): give the inputs fn is called with")
     executor = make_executor(options.pop("executor", "local"), options.get("workers"), options.pop("address", None),
@@ -118,8 +120,7 @@ def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequenc
     with executor:  # fn over the inputs, then the pack, on one executor (one Ray connection)
         items, names, notes = from_inputs(samples, inputs, executor, options.get("on_error", "fail"))
         source = scan_samples(items, names, schema,
-                              {"kind": "python", "function": function_name(samples), "inputs": len(inputs)},
-                              options.get("class_names"))
+                              {"kind": "python", "function": function_name(samples), "inputs": len(inputs)})
         source.notes += notes
         return pack(source, dst, format, executor=executor, **options)
 
@@ -172,10 +173,16 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
     return manifest
 
 
-def _local_dst(dst: Path, overwrite: bool) -> Path:
+def _local_dst(dst: Path, overwrite: bool, sources=()) -> Path:
     if dst.exists() or dst.is_symlink():
-        _check_replaceable(dst, overwrite)
+        _check_replaceable(dst, overwrite, sources)
     return dst
+
+
+def _sources(src, opts: PackOptions) -> list:
+    """The local paths a pack reads (SRC, the index file), which no --overwrite may delete."""
+    named = [] if isinstance(src, Source) or src is None or is_url(src) else [local_path(src)]
+    return named + ([Path(opts.index)] if opts.index is not None and not is_url(opts.index) else [])
 
 
 def _local_tmp(dst: Path, source) -> Path:
@@ -193,23 +200,27 @@ def _local_tmp(dst: Path, source) -> Path:
 
 def _bucket_tmp(upload: Upload, source) -> Path:
     """A local temporary folder for a pack into a bucket, after checking and preparing DST."""
-    if source.walked and upload.store.url.startswith(f"{source.root}/"):
+    if upload.store.url.startswith(f"{source.root}/"):
         raise OptionError(f"destination {upload.store.url} is inside the source {source.root}, where the next "
                           "scan would find it; choose a DST outside the source")
+    if upload.overwrite and source.remote is not None and f"{source.root}/".startswith(f"{upload.store.url}/"):
+        raise OverwriteRefusedError(f"destination {upload.store.url} holds the source {source.root}: replacing "
+                                    "it would delete what is being packed, so nothing was touched; choose another DST")
     upload.prepare()
     return Path(tempfile.mkdtemp(prefix="pixfeed-pack-"))
 
 
-def _check_replaceable(dst: Path, overwrite: bool) -> None:
-    """``--overwrite`` replaces a pixfeed dataset, an empty folder or a symbolic link (the
-    link, not its target); never a file or a folder holding anything else."""
+def _check_replaceable(dst: Path, overwrite: bool, sources=()) -> None:
+    """``--overwrite`` replaces a whole pixfeed dataset that holds none of ``sources``, an empty folder
+    or a symbolic link (the link, not its target); never a file or a folder holding anything else
+    (``replace``)."""
     if not overwrite:
         raise OptionError(f"destination {dst} exists; pass --overwrite (overwrite=True) to replace it")
-    if dst.is_symlink() or (dst.is_dir() and ((dst / MANIFEST_NAME).is_file() or not any(dst.iterdir()))):
+    if dst.is_symlink():
         return
-    what = "a file" if not dst.is_dir() else f"a folder that is not a pixfeed dataset (no {MANIFEST_NAME})"
-    raise OptionError(f"destination {dst} is {what}; --overwrite only replaces pixfeed datasets and empty "
-                      "folders, so nothing was touched: choose another DST or remove it yourself")
+    if not dst.is_dir():
+        raise OverwriteRefusedError(f"destination {dst} is a file; {replace.RULE}")
+    replace.check_local(dst, sources)
 
 
 def _output_error(dst: Path, e: OSError) -> OutputError:

@@ -20,10 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
-from ..errors import OptionError, StorageError
+from ..errors import OptionError, OverwriteRefusedError, StorageError
 from ..manifest import MANIFEST_NAME
 from ..storage.store import Store
 from . import interrupt
+from .replace import RULE, not_a_dataset
 
 MARKER = ".pixfeed-packing"
 UPLOADS = 8  # files uploaded at once
@@ -47,6 +48,9 @@ class Upload:
                               "--overwrite only replaces pixfeed datasets, so nothing was touched: choose another "
                               "DST or remove them yourself")
         if MANIFEST_NAME in found:
+            why = not_a_dataset(self.store.read(MANIFEST_NAME), found, allowed=[MARKER])
+            if why:
+                raise OverwriteRefusedError(f"destination {self.store.url} is {why}; {RULE}")
             self.store.remove([MANIFEST_NAME])
         self.store.remove(sorted(set(found) - {MANIFEST_NAME, MARKER}))
         self.store.write(MARKER, b"a pixfeed pack is writing here; no pixfeed.json = not a dataset\n")

@@ -39,6 +39,7 @@ from typing import Callable, List, Optional
 
 from . import chunkio
 from ..errors import OutputError, PixfeedError, StorageError
+from .paths import make_private_dir, open_nofollow
 from .store import Store
 
 CHUNK_BYTES = 16 << 20  # ~0.2 s of one S3 stream: the request latency is <20% of a GET; ~12k chunks for 200 GB
@@ -53,7 +54,7 @@ class ChunkCache:
                  timeout: float = TIMEOUT) -> None:
         self.store, self.name, self.size, self.chunk, self.limit, self.timeout = store, name, size, chunk, limit, timeout
         self.folder = Path(folder) / "chunks"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.folder, Path(folder))  # 0700, not a link (docs/untrusted-data.md)
         self.hashes: List[str] = []  # one xxh3_64 per chunk, set by pixfeed.storage.chunked
         self.stats: Counter = Counter()  # this process: gets, bytes, retries, refetches, evicted
         self.policy: Optional[Victims] = None  # this process's fetcher's eviction order, for its readers too
@@ -80,7 +81,7 @@ class ChunkCache:
         """A read-only descriptor of chunk ``k``, fetched first if no process of the node has it."""
         while True:
             try:
-                return os.open(self.path(k), os.O_RDONLY)
+                return open_nofollow(self.path(k), os.O_RDONLY)
             except FileNotFoundError:
                 self.fetch(k, self.policy or (lambda ks: chunkio.oldest_first(ks, self.folder, self.name)))
 
@@ -99,7 +100,8 @@ class ChunkCache:
                 os.replace(tmp, self.path(k))
             except StorageError as e:
                 tmp.unlink(missing_ok=True)
-                self._failed(k).write_text(str(e))
+                with open(open_nofollow(self._failed(k), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+                    f.write(str(e))
                 raise
             except OSError as e:
                 tmp.unlink(missing_ok=True)
@@ -118,8 +120,9 @@ class ChunkCache:
     def _raise_recent_failure(self, k: int) -> None:
         """A process of the node gave up on chunk ``k`` less than ``timeout`` ago: its error, not another wait."""
         try:
-            if time.time() - self._failed(k).stat().st_mtime < self.timeout:
-                raise StorageError(self._failed(k).read_text())
+            if time.time() - os.lstat(self._failed(k)).st_mtime < self.timeout:
+                with open(open_nofollow(self._failed(k), os.O_RDONLY)) as f:
+                    raise StorageError(f.read(4096))
             self._failed(k).unlink()
         except FileNotFoundError:
             pass
@@ -138,7 +141,7 @@ class ChunkCache:
                 total -= used.get(self.path(v).name, 0)
                 self.stats["evicted"] += 1
             tmp = self.folder / f".{self.name}.{k}.{os.getpid()}.{threading.get_ident()}"
-            with open(tmp, "wb") as f:
+            with open(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as f:
                 f.truncate(end - start)
         return tmp
 

@@ -31,6 +31,7 @@ from .chunkcache import CHUNK_BYTES, TIMEOUT, ChunkCache
 from .chunkio import flock
 from ..errors import CorruptDataError, DatasetNotFoundError, OptionError
 from ..manifest import write_json_atomic
+from .paths import open_nofollow
 from .store import Store
 
 DATA_FILES = {"mmap": ("images.npy", "data.bin"), "hdf5": ("data.h5",)}
@@ -85,7 +86,8 @@ def chunk_hashes(cache: ChunkCache, manifest: dict) -> List[str]:
     with flock(cache.folder.parent / "chunks-hash.lock"):
         if not path.is_file():
             write_json_atomic(path, _hash_remote(cache, manifest["files"][cache.name]["xxh3_64"]))
-        return json.loads(path.read_text())
+        with open(open_nofollow(path, os.O_RDONLY)) as f:  # the cache's own file, never through a link
+            return json.loads(f.read())
 
 
 def _hash_remote(cache: ChunkCache, whole: str) -> List[str]:

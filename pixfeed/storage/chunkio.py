@@ -11,6 +11,7 @@ from typing import List
 import xxhash
 
 from ..errors import CorruptDataError, PixfeedError, StorageError
+from .paths import open_nofollow
 
 
 def verified(cache, k: int) -> bytes:
@@ -67,14 +68,14 @@ def held(folder: Path) -> dict:
     for e in os.scandir(folder):
         if not e.name.endswith((".lock", ".failed")):
             try:
-                out[e.name] = e.stat().st_size
+                out[e.name] = e.stat(follow_symlinks=False).st_size
             except FileNotFoundError:
                 pass
     return out
 
 
 def write_all(tmp: Path, data: bytes) -> None:
-    fd = os.open(tmp, os.O_WRONLY)
+    fd = open_nofollow(tmp, os.O_WRONLY)
     try:
         view = memoryview(data)
         while view:
@@ -85,6 +86,6 @@ def write_all(tmp: Path, data: bytes) -> None:
 
 @contextlib.contextmanager
 def flock(path: Path):
-    with open(path, "a") as f:
+    with open(open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield

@@ -8,7 +8,7 @@ record index or key:
    and xxh3_64;
 2. count: ``keys.json`` and the shards agree with the manifest's count;
 3. records: every record is read through the reader with its checksum
-   checked, and its label is a valid class index (or -1, unlabelled, as a flat source's are);
+   checked, and its label is a valid class index (-1 for a flat source);
    ``deep`` also decodes it and checks its shape: pixels records against the
    manifest's shape, encoded ones against their image header (after EXIF
    orientation), which is what the packer recorded.
@@ -25,6 +25,7 @@ from ..checksum import file_hash, stream_hash
 from ..image.decode import check_encoded, decode
 from ..errors import PixfeedError
 from ..manifest import read_manifest
+from ..storage.paths import link_problem
 from ..storage.store import Store, is_url, join, local_path
 
 _CHUNK = 64
@@ -43,16 +44,21 @@ class Report:
         return not self.problems
 
 
-def verify(path, deep: bool = False, progress: Progress = None, storage_options: Optional[dict] = None) -> Report:
+def verify(path, deep: bool = False, progress: Progress = None, storage_options: Optional[dict] = None,
+           allow_links: bool = False) -> Report:
     """Check the dataset at ``path`` (a folder or a URL: its objects are hashed as they stream,
-    records are read as the reader reads them); raise DatasetError only if its manifest is unusable."""
+    records are read as the reader reads them); raise DatasetError only if its manifest is unusable.
+    Nothing outside the dataset is read: a file reached through a symbolic link (or an HDF5 external
+    link or storage) is a problem, not read, unless ``allow_links``."""
     remote = Store(path, storage_options) if is_url(path) else None
     root = remote.url if remote else local_path(path)
-    manifest = read_manifest(root, storage_options)
+    manifest = read_manifest(root, storage_options, allow_links)
     report = Report(root)
-    report.problems += _check_files(root, manifest, report, remote)
-    report.problems += _check_count(root, manifest, remote)
-    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None), storage_options)
+    linked = (lambda name: None) if remote or allow_links else (lambda name: link_problem(root, name))
+    report.problems += _check_files(root, manifest, report, remote, linked)
+    report.problems += _check_count(root, manifest, remote, linked)
+    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None), storage_options,
+                                      allow_links)
     return report
 
 
@@ -63,7 +69,7 @@ def _file_entries(manifest: dict) -> dict:
     return entries
 
 
-def _check_files(root, manifest: dict, report: Report, remote: Optional[Store]) -> Iterator[str]:
+def _check_files(root, manifest: dict, report: Report, remote: Optional[Store], linked) -> Iterator[str]:
     try:
         sizes = remote.list() if remote else None
     except PixfeedError as e:
@@ -72,6 +78,9 @@ def _check_files(root, manifest: dict, report: Report, remote: Optional[Store]) 
     for name, meta in sorted(_file_entries(manifest).items()):
         p = join(root, name)
         report.files += 1
+        if linked(name):
+            yield linked(name)
+            continue
         try:
             size = sizes[name] if remote else p.stat().st_size
             if size != meta["bytes"]:
@@ -91,8 +100,11 @@ def _hash(path, name: str, remote: Optional[Store]) -> str:
         return stream_hash(f)
 
 
-def _check_count(root, manifest: dict, remote: Optional[Store]) -> Iterator[str]:
+def _check_count(root, manifest: dict, remote: Optional[Store], linked) -> Iterator[str]:
     n, path = manifest["count"], join(root, manifest["keys_file"])
+    if linked(manifest["keys_file"]):
+        yield linked(manifest["keys_file"])
+        return
     try:
         keys = json.loads(remote.read(manifest["keys_file"]) if remote else path.read_bytes())
     except (OSError, ValueError) as e:
@@ -106,12 +118,13 @@ def _check_count(root, manifest: dict, remote: Optional[Store]) -> Iterator[str]
 
 
 def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
-                   storage_options: Optional[dict]) -> Iterator[str]:
+                   storage_options: Optional[dict], allow_links: bool = False) -> Iterator[str]:
     from ..datasets import open_dataset
     from ..datasets.protocol import CheckedReads
 
     try:
-        ds = open_dataset(str(root), checksums=True, storage_options=storage_options, fields=None)
+        ds = open_dataset(str(root), checksums=True, storage_options=storage_options, fields=None,
+                          allow_links=allow_links)
         if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return
@@ -179,9 +192,9 @@ def _check_stream(ds, manifest: dict, deep: bool, report: Report, progress) -> I
 
 def _label_problem(where: str, label, manifest: dict) -> Optional[str]:
     classes, label = manifest["classes"], int(label)
-    if label == -1 or (0 <= label if classes is None else 0 <= label < len(classes)):
-        return None  # -1: unlabelled; no classes: sparse class ids, as .cls or pack_samples give
-    valid = "-1 (unlabelled) or a class index" if classes is None else f"0..{len(classes) - 1}, or -1 (unlabelled)"
+    if (label == -1) if classes is None else (0 <= label < len(classes)):
+        return None
+    valid = "-1 (flat source)" if classes is None else f"0..{len(classes) - 1}"
     return f"{where}: label {label} is out of range (expected {valid})"
 
 

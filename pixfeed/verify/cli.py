@@ -10,9 +10,10 @@ from ..console.words import plural
 
 def cmd_verify(args) -> int:
     options = options_from_args(args.storage_option)
-    total = read_manifest(args.dst, options)["count"]
+    total = read_manifest(args.dst, options, args.allow_links)["count"]
     with Bar(total=total, unit="rec", disable=not shown(args.quiet), dynamic_ncols=True) as bar:
-        report = verify(args.dst, deep=args.deep, progress=bar.update, storage_options=options)
+        report = verify(args.dst, deep=args.deep, progress=bar.update, storage_options=options,
+                        allow_links=args.allow_links)
     for problem in report.problems:
         print(f"FAIL {problem}")
     if not args.quiet or report.problems:
@@ -29,4 +30,6 @@ def add_command(subparsers) -> None:
     add_argument(p)
     p.add_argument("--deep", action="store_true", help="also decode every record and check its shape")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only problems")
+    p.add_argument("--allow-links", action="store_true", help="read files a dataset reaches through symbolic "
+                   "links or HDF5 external links and storage (refused by default: docs/untrusted-data.md)")
     p.set_defaults(func=cmd_verify)

@@ -1,0 +1,147 @@
+"""Where input may point: one rule per boundary, checked where a path enters (docs/untrusted-data.md).
+
+* ``inside(name)``: a path a manifest or an index names relative to its folder stays in that folder:
+  relative, no ``..`` part, no NUL (checked on the text, before anything is opened).
+* ``outside_src(path)``: why an index's image or mask path leaves SRC (absolute, or climbing out
+  with ``..``), else None; ``allow_outside_src`` accepts such paths (Hugging Face's ``to_parquet``
+  writes absolute ones).
+* ``check_dataset_links(root)``: a local dataset holds no symbolic link (one could point a read at
+  any file of the machine); ``allow_links`` accepts them.
+* ``check_cache_dir(folder)`` / ``make_private_dir(folder)`` / ``open_nofollow(path, flags)`` /
+  ``check_no_links(root, rel)``: the node-local cache of bucket datasets is this user's alone (owned
+  by them, writable by nobody else), created 0700, and no file of it is opened through a link.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path, PurePosixPath
+from typing import Optional
+
+from ..errors import OutsideDatasetError, UnsafeCacheError
+
+LINKS_OPTION = "allow_links=True (pixfeed verify/pack --allow-links)"
+
+
+def inside(name) -> bool:
+    """Whether ``name`` is a relative path that stays inside its folder: not empty, not absolute, no
+    ``..`` part (with "/" or the OS separator), no NUL."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        return False
+    parts = name.replace(os.sep, "/").split("/")
+    return not name.startswith(("/", os.sep)) and not os.path.isabs(name) and ".." not in parts
+
+
+def outside_src(path: str) -> Optional[str]:
+    """Why an index's relative ``path`` would leave SRC: "is an absolute path", "climbs out of SRC with
+    '..'"; None when it stays inside (``a/../b.jpg`` does)."""
+    if path.startswith(("/", "\\")) or os.path.isabs(path) or PurePosixPath(path.replace("\\", "/")).is_absolute():
+        return "is an absolute path"
+    depth = 0
+    for part in path.replace("\\", "/").split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return "climbs out of SRC with '..'"
+        elif part not in ("", "."):
+            depth += 1
+    return None
+
+
+def check_dataset_links(root: Path, allow_links: bool = False) -> None:
+    """Raise OutsideDatasetError at the first symbolic link inside the local dataset ``root`` (the
+    folder itself may be a link: it is the user's own path), unless ``allow_links``."""
+    if allow_links:
+        return
+    todo = [Path(root)]
+    while todo:
+        folder = todo.pop()
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.is_symlink():
+                    raise OutsideDatasetError(
+                        f"{Path(e.path)}: a symbolic link inside the dataset {root} (to {os.readlink(e.path)!r}); "
+                        f"a dataset's files must be its own, so links are refused: replace the link by the file, "
+                        f"or pass {LINKS_OPTION} if you trust where it points")
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(Path(e.path))
+
+
+def check_cache_dir(folder: Path) -> None:
+    """Raise UnsafeCacheError unless ``folder`` is a real folder (not a link), owned by this user and
+    writable by nobody else: anyone who can write there could plant the data a reader trusts."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+        raise UnsafeCacheError(f"cache folder {folder}: is {what}; the cache must be a folder of your own "
+                               "(set PIXFEED_CACHE or cache_dir= to one)")
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = (f"owned by uid {st.st_uid}, not you (uid {os.geteuid()})" if st.st_uid != os.geteuid() else
+               f"writable by others (mode {stat.S_IMODE(st.st_mode):o})")
+        raise UnsafeCacheError(f"cache folder {folder}: is {why}; anyone who can write there could plant the "
+                               "data pixfeed reads, so the cache must be yours alone: chmod go-w it, or set "
+                               "PIXFEED_CACHE or cache_dir= to a folder of your own")
+
+
+def make_private_dir(folder: Path, base: Optional[Path] = None) -> None:
+    """Create ``folder`` (and missing parents) mode 0700, or check the existing one (``check_cache_dir``);
+    with ``base``, every folder from ``base`` down to ``folder`` is checked to be a real folder."""
+    folder = Path(folder)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+    check_cache_dir(folder)
+    if base is not None:
+        check_no_links(Path(base), folder.relative_to(base).as_posix())
+
+
+def link_in(root: Path, rel: str) -> Optional[Path]:
+    """The first part of ``root/rel`` below ``root`` that is a symbolic link, else None."""
+    path = Path(root)
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return path
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    return None
+
+
+def link_problem(root: Path, rel: str) -> Optional[str]:
+    """What ``pixfeed verify`` says of a dataset file reached through a symbolic link (None: none is)."""
+    link = link_in(root, rel)
+    if link is None:
+        return None
+    return (f"{link}: a symbolic link inside the dataset (to {os.readlink(link)!r}), not read; a dataset's "
+            f"files must be its own: pass {LINKS_OPTION} if you trust where it points")
+
+
+def check_no_links(root: Path, rel: str) -> None:
+    """Raise UnsafeCacheError if any part of ``root/rel`` below ``root`` is a symbolic link."""
+    path = link_in(root, rel)
+    if path is not None:
+        raise UnsafeCacheError(f"{path}: a symbolic link in the cache (to {os.readlink(path)!r}); pixfeed writes "
+                               "and reads its cache only through its own files, so it refuses links: remove it")
+
+
+def open_nofollow(path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that refuses a symbolic link as the last part (UnsafeCacheError naming it)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP or os.path.islink(path):  # O_NOFOLLOW met a link
+            raise UnsafeCacheError(f"{path}: a symbolic link in the cache (to {os.readlink(path)!r}); pixfeed "
+                                   "refuses links in its cache: remove it") from None
+        raise
