@@ -61,6 +61,10 @@ def _pack_arguments(p: argparse.ArgumentParser) -> None:
                    help="index: the type of column NAME: int, float, str, json, bytes, boxes, image, mask or an "
                         "array DTYPE[d0,...] such as float32[N,4] (repeatable; default: inferred)")
     p.add_argument("--class-column", help="index: the column whose values are the classes (labels: sorted indices)")
+    p.add_argument("--class-names", metavar="FILE", help="names of integer labels (an index's integer class "
+                   "column, shards' .cls): a text file of one name a line, label 0 first, or a JSON list")
+    p.add_argument("--fill", action="append", metavar="NAME=VALUE", help="index: store VALUE where column NAME "
+                   "is null or empty (json fields keep null, float ones NaN; repeatable)")
     p.add_argument("--image-ext", help="WebDataset shards as SRC: the image member's extension when a sample has "
                    "several (jpg, jpeg, png, webp)")
     p.add_argument("--per-box", metavar="NAMES", help="index: comma-separated fields with one row per box, dropped "
@@ -97,6 +101,11 @@ def _pack_options(args) -> dict:
 def cmd_pack(args) -> int:
     from .packers import interrupt, pack
 
+    if args.dst is None:  # pack --index FILE DST: an index holding its images' bytes needs no SRC
+        if not args.index:
+            raise OptionError("pixfeed pack SRC DST: give the source and the destination (only --index FILE, "
+                              "when the index holds the images' bytes, takes DST alone)")
+        args.src, args.dst = None, args.src
     start = time.perf_counter()
     try:
         m = pack(args.src, args.dst, args.format, progress=shown(args.quiet), executor=args.executor,
@@ -267,8 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "WebDataset shards or a pixfeed dataset, local or in a bucket")
     p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train); "
                    "WebDataset shards (a folder of .tar, a brace pattern train-{000..009}.tar, a bucket prefix); "
-                   "or a pixfeed dataset to repack")
-    p.add_argument("dst", help="output dataset directory (or a URL, s3://bucket/prefix)")
+                   "or a pixfeed dataset to repack; with --index, the folder (or URL prefix) its paths are relative "
+                   "to, left out when the index holds the images' bytes")
+    p.add_argument("dst", nargs="?", help="output dataset directory (or a URL, s3://bucket/prefix)")
     _pack_arguments(p)
     p.set_defaults(func=cmd_pack)
 

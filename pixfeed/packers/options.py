@@ -20,7 +20,7 @@ from ..registry import Format, format_options
 
 ON_ERROR = ("fail", "skip")
 _NOT_RECORDED = ("overwrite", "workers", "allow_outside_src", "allow_links")  # how, not what, was packed
-_INDEX_ONLY = ("image_column", "class_column")
+_INDEX_ONLY = ("image_column", "class_column", "fill")
 # option: (the store it applies to, its default there)
 STORE_ONLY = {"size": ("pixels", 256), "resize": ("pixels", "crop"), "max_side": ("encoded", None),
               "full_check": ("encoded", False), "compression": ("pixels", None)}
@@ -46,6 +46,8 @@ class PackOptions:
     field: tuple = ()                    # "NAME:TYPE" overrides of inferred field types
     class_column: Optional[str] = None
     per_box: tuple = ()                  # fields with one row per box
+    fill: tuple = ()                     # index: "NAME=VALUE", the value of column NAME's null cells
+    class_names: object = None           # integer labels' class names: a file (one a line, or JSON) or a list
     image_ext: Optional[str] = None      # WebDataset shards as the source: the image member's extension
     allow_outside_src: bool = False      # index: read absolute paths and paths out of SRC (docs/untrusted-data.md)
     allow_links: bool = False            # a dataset as the source: read it though it holds symbolic links
@@ -75,7 +77,7 @@ class PackOptions:
                                   f"not {fmt.name}; leave it out or pack with --format {takers[0]}")
         defaults = {k: v for k, v in fmt.options.items() if getattr(self, k) is None}
         out = dataclasses.replace(self, store=self.store or fmt.default_store, field=_items(self.field, None),
-                                  per_box=_items(self.per_box, ","), **defaults)
+                                  per_box=_items(self.per_box, ","), fill=_fills(self.fill), **defaults)
         out._check()
         out._check_store(fmt, chosen=self.store is not None)
         for option, (store, default) in STORE_ONLY.items():
@@ -127,10 +129,30 @@ class PackOptions:
             for option in ("index", *_INDEX_ONLY):
                 del out[option]
         out.update(field=list(self.field), per_box=list(self.per_box))
-        for option in ("field", "per_box", "image_ext"):  # source options: recorded where they were given
-            if not out[option]:
+        if isinstance(out["class_names"], (str, bytes)) or hasattr(out["class_names"], "__fspath__"):
+            out["class_names"] = str(out["class_names"])  # the file named (the names are the manifest's classes)
+        elif out["class_names"] is not None:
+            out["class_names"] = list(out["class_names"])
+        for option in ("field", "per_box", "image_ext", "fill", "class_names"):  # recorded where they were given
+            if option in out and not out[option]:
                 del out[option]
+        if "fill" in out:
+            out["fill"] = list(out["fill"])
         return out
+
+
+def _fills(value) -> tuple:
+    """``fill`` as a tuple of "NAME=VALUE": from {name: value} (a value not text as JSON), "NAME=VALUE"
+    or a sequence of them."""
+    if isinstance(value, dict):
+        import json
+
+        return tuple(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in value.items())
+    items = _items(value, None) if not isinstance(value, str) else (value,)
+    for item in items:
+        if "=" not in item or not item.partition("=")[0].strip():
+            raise OptionError(f"--fill {item!r}: expected NAME=VALUE, e.g. caption= (empty text) or count=-1")
+    return tuple(items)
 
 
 def _items(value, sep) -> tuple:

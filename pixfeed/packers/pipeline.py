@@ -80,7 +80,8 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     ``address``; see pixfeed.packers.ray_executor); both give the same dataset.
     """
     fmt = registry.get(format)
-    if not isinstance(src, Source) and is_dataset(src):
+    repack = src is not None and not isinstance(src, Source) and is_dataset(src)
+    if repack:
         options = kept_store(src, options)
     opts = PackOptions.create(**options).resolve(fmt)
     cls = registry.writer_class(format)
@@ -92,7 +93,10 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
         source = src
     else:
         walk = executor.map if isinstance(executor, LocalExecutor) else map  # shards walked on the local workers
-        source = scan_dataset(src, dst, walk, opts.allow_links) if is_dataset(src) else \
+        if repack and opts.class_names is not None:
+            raise OptionError(f"--class-names (class_names=) names integer labels of an index file, shards or "
+                              f"samples; the dataset {src} has its classes already")
+        source = scan_dataset(src, dst, walk, opts.allow_links) if repack else \
             scan_source(src, opts, storage_options, walk)
     if opts.per_box:
         source.per_box = per_box_fields(source.schema, opts.per_box)
@@ -112,7 +116,8 @@ def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequenc
     if not callable(samples):
         if inputs is not None:
             raise OptionError("pack_samples: inputs= goes with a function of one input; these samples are an iterable")
-        return pack(scan_samples(samples, None, schema, {"kind": "python"}), dst, format, **options)
+        return pack(scan_samples(samples, None, schema, {"kind": "python"}, options.get("class_names")), dst,
+                    format, **options)
     if inputs is None:
         raise OptionError("pack_samples(fn, DST, inputs=[...]): give the inputs fn is called with")
     executor = make_executor(options.pop("executor", "local"), options.get("workers"), options.pop("address", None),
@@ -120,7 +125,8 @@ def pack_samples(samples, dst, format: str = "mmap", *, inputs: Optional[Sequenc
     with executor:  # fn over the inputs, then the pack, on one executor (one Ray connection)
         items, names, notes = from_inputs(samples, inputs, executor, options.get("on_error", "fail"))
         source = scan_samples(items, names, schema,
-                              {"kind": "python", "function": function_name(samples), "inputs": len(inputs)})
+                              {"kind": "python", "function": function_name(samples), "inputs": len(inputs)},
+                              options.get("class_names"))
         source.notes += notes
         return pack(source, dst, format, executor=executor, **options)
 
@@ -200,7 +206,7 @@ def _local_tmp(dst: Path, source) -> Path:
 
 def _bucket_tmp(upload: Upload, source) -> Path:
     """A local temporary folder for a pack into a bucket, after checking and preparing DST."""
-    if upload.store.url.startswith(f"{source.root}/"):
+    if source.walked and upload.store.url.startswith(f"{source.root}/"):
         raise OptionError(f"destination {upload.store.url} is inside the source {source.root}, where the next "
                           "scan would find it; choose a DST outside the source")
     if upload.overwrite and source.remote is not None and f"{source.root}/".startswith(f"{upload.store.url}/"):

@@ -23,10 +23,15 @@ def scan_source(src, opts, storage_options: Optional[dict] = None, map_fn: Calla
     if opts.index is not None:
         return scan_index(opts.index, src, image_column=opts.image_column, fields=opts.field,
                           class_column=opts.class_column, per_box=opts.per_box, storage_options=storage_options,
-                          on_error=opts.on_error, allow_outside_src=opts.allow_outside_src)
+                          fill=opts.fill, class_names=opts.class_names, on_error=opts.on_error,
+                          allow_outside_src=opts.allow_outside_src)
+    if src is None:
+        raise OptionError("pack: no source given; only an index file (--index FILE) holding its images' bytes "
+                          "packs without SRC")
     if is_shards(src) or (is_url(src) and _only_shards(src, storage_options)):
-        return scan_shards(src, opts.image_ext, opts.on_error, storage_options, fields=opts.field, map_fn=map_fn)
-    for option in ("image_ext", "field", "per_box"):
+        return scan_shards(src, opts.image_ext, opts.on_error, storage_options, fields=opts.field, map_fn=map_fn,
+                           class_names=opts.class_names)
+    for option in ("image_ext", "field", "per_box", "class_names"):
         if getattr(opts, option):
             raise OptionError(f"--{option.replace('_', '-')} applies to an index file or WebDataset shards as the "
                               f"source, not to the image folder {src}; leave it out")

@@ -3,7 +3,8 @@
 ``pack_samples(samples, DST)``: ``samples`` is an iterable of dicts, one per
 sample: ``"image"`` (a file path, the image file's bytes, a PIL image, or an
 HxWx3 or HxW uint8 array, the last two stored as a lossless PNG), optional ``"label"`` (a class index,
-or a class name: names are mapped to sorted indices as folder names are) and
+-1 for unlabelled, named by ``class_names=`` or "0".."max"; or a class name: names are mapped to sorted
+indices as folder names are) and
 ``"key"`` (default: the sample's number, ``000000012``), and any other keys
 as typed fields, their types inferred as an index file's columns are
 (``sources/infer.py``) unless ``schema={"boxes": "boxes", "mask": "mask"}``
@@ -32,7 +33,7 @@ from ..fields import Field, check_name, parse_type
 from ..fields.codec import parse
 from ..fields.picture import encode_mask, encode_png
 from .folder import Source
-from .infer import class_index, index_classes, infer
+from .infer import UNLABELLED, check_labels, id_classes, infer, label_int, read_class_names, unlabelled_note
 
 RESERVED = ("image", "label", "key")
 
@@ -92,7 +93,7 @@ def _picture(value):
 
 
 def scan_samples(samples: Iterable[dict], names: Optional[List[str]] = None, schema: Optional[Dict[str, str]] = None,
-                 origin: Optional[dict] = None) -> SampleSource:
+                 origin: Optional[dict] = None, class_names=None) -> SampleSource:
     samples = [_portable(s) for s in samples]
     names = names or [f"sample {n}" for n in range(len(samples))]
     if not samples:
@@ -106,13 +107,14 @@ def scan_samples(samples: Iterable[dict], names: Optional[List[str]] = None, sch
     dup = len(set(keys)) != len(keys) and next(k for k in keys if keys.count(k) > 1)
     if dup:
         raise SourceError(f"pack_samples: two samples of key {dup!r}; keys must be unique")
-    labels, classes = _labels([s.get("label") for s in samples], names)
+    labels, classes, note = _labels([s.get("label") for s in samples], names, class_names)
     fields = _schema(samples, names, schema or {})
     src = SampleSource(Path("."), keys, keys, labels, classes, np.array([len(b) for b in blobs], np.int64))
     src.names, src.blobs, src.schema, src.walked = names, blobs, fields, False
     src.values = {f.name: [_value(f, s[f.name], f"{names[n]}, field {f.name}") for n, s in enumerate(samples)]
                   for f in fields}
     src.origin = origin or {"kind": "python"}
+    src.notes += [note] if note else []
     return src
 
 
@@ -130,28 +132,39 @@ def _image_bytes(value, where: str) -> bytes:
                       "uint8 array")
 
 
-def _labels(values: list, names: List[str]) -> tuple:
+def _labels(values: list, names: List[str], class_names=None) -> tuple:
+    """(labels, classes, note): class names mapped to sorted indices, or class indices kept as they are
+    (-1 for unlabelled; their classes ``class_names``, else "0".."max"), as every source's labels are."""
     given = [v for v in values if v is not None]
+    class_names = read_class_names(class_names, "class_names")
     if not given:
-        return np.full(len(values), -1, np.int64), None
+        return np.full(len(values), UNLABELLED, np.int64), id_classes([], class_names, "class_names"), None
     if len(given) != len(values):
         missing = next(n for n, v in enumerate(values) if v is None)
-        raise SourceError(f"{names[missing]}: no 'label' while other samples have one; every sample needs one, or none")
-    if all(isinstance(v, str) for v in values):
-        classes = sorted(set(values))
+        raise SourceError(f"{names[missing]}: no 'label' while other samples have one; every sample needs one "
+                          "(-1 for unlabelled), or none")
+    ints = [None if isinstance(v, str) else label_int(v) for v in values]
+    if all(isinstance(v, str) or i == UNLABELLED for v, i in zip(values, ints)) and \
+            any(isinstance(v, str) for v in values):
+        if class_names is not None:
+            raise OptionError("class_names= names integer labels, and these samples' labels are class names "
+                              f"({next(v for v in values if isinstance(v, str))!r}); leave class_names out")
+        classes = sorted({v for v in values if isinstance(v, str)})
         number = {c: k for k, c in enumerate(classes)}
-        return np.array([number[v] for v in values], np.int64), classes
-    ids = [class_index(v) for v in values]
-    if all(i is not None for i in ids):
-        return np.array(ids, np.int64), index_classes(ids)
+        labels = np.array([UNLABELLED if i == UNLABELLED else number[v] for v, i in zip(values, ints)], np.int64)
+        return labels, classes, unlabelled_note(labels, "pack_samples: label")
+    if all(i is not None for i in ints):
+        labels = np.array(ints, np.int64)
+        check_labels(labels, lambda n: names[n])
+        return labels, id_classes(labels, class_names, "class_names"), unlabelled_note(labels, "pack_samples: label")
     text = next((n for n, v in enumerate(values) if isinstance(v, str)), None)
-    index = next((n for n, v in enumerate(values) if isinstance(v, (int, np.integer)) and not isinstance(v, bool)),
-                 None)
+    index = next((n for n, i in enumerate(ints) if i is not None and i != UNLABELLED), None)
     if text is not None and index is not None:
         raise SourceError(f"{names[text]}: label {values[text]!r} is a class name and {names[index]}'s "
                           f"{values[index]!r} a class index; give every sample a name, or every one an index")
-    bad = next(n for n, v in enumerate(values) if not isinstance(v, str) and ids[n] is None)
-    raise SourceError(f"{names[bad]}: label {values[bad]!r} is neither a class index (int >= 0) nor a class name")
+    bad = next(n for n, v in enumerate(values) if not isinstance(v, str) and ints[n] is None)
+    raise SourceError(f"{names[bad]}: label {values[bad]!r} is neither a class index (int >= 0, or -1 for "
+                      "unlabelled) nor a class name")
 
 
 def _schema(samples: List[dict], names: List[str], given: Dict[str, str]) -> List[Field]:
@@ -184,4 +197,5 @@ def _value(f: Field, value, where: str):
         return encode_png(value)
     if f.type in ("mask", "image") and isinstance(value, Path):
         value = str(value)
-    return parse(f, _listed(value) if f.type not in ("ndarray", "boxes") else value, where)
+    return parse(f, _listed(value) if f.type not in ("ndarray", "boxes") else value, where,
+                 fix=f"give every sample a value, or keep None with schema={{{f.name!r}: 'json'}}")

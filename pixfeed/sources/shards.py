@@ -12,8 +12,8 @@ ranged GET), in shard order.
 
 By extension: the image is the member whose extension is ``jpg``, ``jpeg``,
 ``png`` or ``webp`` (``--image-ext`` picks one when a sample has several);
-``cls`` is the label (a class index; the classes are named "0", "1", ...;
--1 without any ``cls``); ``txt``, ``text`` and
+``cls`` is the label (a class index, -1 for unlabelled; the classes are
+named "0", "1", ... or by ``--class-names``; -1 without any ``cls``); ``txt``, ``text`` and
 ``caption`` are ``str`` fields, ``json`` a ``json`` field, ``npy`` an
 ``ndarray`` field (NumPy's format, no pickle), a multi-dot image extension
 (``K.depth.png``) an ``image`` field, anything else ``bytes``; ``--field
@@ -41,7 +41,7 @@ from ..fields import Field, check_name, parse_field_option, parse_type
 from ..storage.store import Store, is_url, local_path
 from . import _tarwalk
 from .folder import Source
-from .infer import index_classes
+from .infer import check_labels, id_classes, read_class_names, unlabelled_note
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 TEXT_EXTS = ("txt", "text", "caption")
@@ -158,7 +158,7 @@ class ShardSource(Source):
 
 def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
                 storage_options: Optional[dict] = None, fields: Sequence[str] = (),
-                map_fn: Callable = map) -> ShardSource:
+                map_fn: Callable = map, class_names=None) -> ShardSource:
     """The samples of the shards at ``src``, each shard's headers walked once, a shard per ``map_fn``
     job (``map``, or a pack's local workers: ``Executor.map``; a bucket's shards are fetched there too)."""
     store = Store(str(src).rstrip("/") if not BRACE.search(str(src)) and not str(src).endswith(".tar")
@@ -166,13 +166,13 @@ def scan_shards(src, image_ext: Optional[str] = None, on_error: str = "fail",
     root, names = shard_names(src, store)
     if image_ext is not None and image_ext.lower().lstrip(".") not in IMAGE_EXTS:
         raise OptionError(f"--image-ext {image_ext!r}: expected one of {', '.join(IMAGE_EXTS)}")
-
+    class_names = read_class_names(class_names)
     walked = list(map_fn(lambda name: _walk(root, name, store, image_ext, on_error), names))
     samples = [(s, key, sample) for s, (found, _) in enumerate(walked) for key, sample in found]
     notes = [note for _, noted in walked for note in noted]
     if not samples:
         raise SourceError(f"{src}: no sample with an image in {len(names)} shard(s)")
-    return _source(src, root, names, store, samples, notes, fields)
+    return _source(src, root, names, store, samples, notes, fields, class_names)
 
 
 def _walk(root, name: str, store: Optional[Store], image_ext: Optional[str], on_error: str) -> tuple:
@@ -217,7 +217,7 @@ def _sample(where: str, key: str, members: dict, image_ext: Optional[str]) -> di
         raise SourceError(f"{where}: sample {key!r} has two image members, {key}.{images[0]} and {key}.{images[1]}; "
                           f"choose one with --image-ext")
     image = images[0]
-    out = {"image": members[image][:2], "path": f"{key}.{image}", "fields": {}, "label": -1}
+    out = {"image": members[image][:2], "path": f"{key}.{image}", "fields": {}, "label": -1, "cls": False}
     for ext, (_, _, raw) in members.items():
         if ext == image:
             continue
@@ -226,7 +226,7 @@ def _sample(where: str, key: str, members: dict, image_ext: Optional[str]) -> di
         if raw is None:  # a second plain image extension (K.jpg and K.png, --image-ext chose one): left out
             continue
         if ext == "cls":
-            out["label"] = _parse(where, key, ext, lambda b: int(b.decode().strip()))(raw)
+            out["label"], out["cls"] = _parse(where, key, ext, lambda b: int(b.decode().strip()))(raw), True
         else:
             out["fields"][name] = (last, _parse(where, key, ext, _PARSERS.get(last, bytes))(raw))
     return out
@@ -249,7 +249,7 @@ def _parse(where: str, key: str, ext: str, parse):
 
 
 def _source(src, root, names: List[str], store: Optional[Store], samples: list, notes: List[str],
-            given: Sequence[str]) -> ShardSource:
+            given: Sequence[str], class_names=None) -> ShardSource:
     keys = [key for _, key, _ in samples]
     seen: Dict[str, int] = {}
     for i, key in enumerate(keys):
@@ -258,11 +258,16 @@ def _source(src, root, names: List[str], store: Optional[Store], samples: list, 
                               f"{names[samples[i][0]]}; keys must be unique")
         seen[key] = i
     labels = np.array([s["label"] for _, _, s in samples], np.int64)
-    if (labels >= 0).any() and (labels < 0).any():
-        i, j = int(np.argmax(labels >= 0)), int(np.argmax(labels < 0))
+    has = np.array([s["cls"] for _, _, s in samples], bool)
+    if has.any() and not has.all():
+        i, j = int(np.argmax(has)), int(np.argmax(~has))
         raise SourceError(f"{src}: sample {keys[i]!r} has a .cls member but {keys[j]!r} has none; every sample "
-                          "needs its label, or none")
-    classes = index_classes(labels)  # .cls: class indices
+                          "needs its label (-1 for unlabelled), or none")
+    check_labels(labels, lambda k: f"{names[samples[k][0]]}: member {keys[k]}.cls")
+    classes = id_classes(labels, class_names)  # .cls: class indices, -1 unlabelled
+    note = has.any() and unlabelled_note(labels, f"{src}: .cls")
+    if note:
+        notes = [*notes, note]
     out = ShardSource(root if store is None else store.url, [s["path"] for _, _, s in samples], keys, labels, classes,
                       np.array([s["image"][1] for _, _, s in samples], np.int64), notes=notes, remote=store)
     out.shards, out.walked = names, not (BRACE.search(str(src)) or str(src).endswith(".tar"))

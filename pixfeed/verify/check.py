@@ -8,7 +8,7 @@ record index or key:
    and xxh3_64;
 2. count: ``keys.json`` and the shards agree with the manifest's count;
 3. records: every record is read through the reader with its checksum
-   checked, and its label is a valid class index (-1 for a flat source);
+   checked, and its label is a valid class index (or -1, unlabelled, as a flat source's are);
    ``deep`` also decodes it and checks its shape: pixels records against the
    manifest's shape, encoded ones against their image header (after EXIF
    orientation), which is what the packer recorded.
@@ -192,9 +192,9 @@ def _check_stream(ds, manifest: dict, deep: bool, report: Report, progress) -> I
 
 def _label_problem(where: str, label, manifest: dict) -> Optional[str]:
     classes, label = manifest["classes"], int(label)
-    if (label == -1) if classes is None else (0 <= label < len(classes)):
-        return None
-    valid = "-1 (flat source)" if classes is None else f"0..{len(classes) - 1}"
+    if label == -1 or (0 <= label if classes is None else 0 <= label < len(classes)):
+        return None  # -1: unlabelled; no classes: sparse class ids, as .cls or pack_samples give
+    valid = "-1 (unlabelled) or a class index" if classes is None else f"0..{len(classes) - 1}, or -1 (unlabelled)"
     return f"{where}: label {label} is out of range (expected {valid})"
 
 
