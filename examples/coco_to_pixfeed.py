@@ -1,14 +1,18 @@
 """COCO-style annotations to a pixfeed dataset with ``pixfeed.pack_samples``: images, boxes, category ids and
-masks rasterised from the polygons.
+masks rasterised from the polygons and decoded from RLE (``iscrowd`` regions).
 
     python examples/coco_to_pixfeed.py --make-sample coco-sample          # a tiny synthetic COCO-style sample
     python examples/coco_to_pixfeed.py coco-sample/annotations.json coco-sample/images DST [--format wds]
 
 Each image becomes one sample: ``image`` (its file), ``label`` (the category of its first annotation),
 ``boxes`` (float32 [N, 4] xyxy from COCO's [x, y, w, h]), ``box_classes`` (int64 [N], one per box, dropped
-with the boxes a crop leaves empty) and ``mask`` (HxW uint8: each pixel the category id of the last polygon
-covering it, 0 for background).  The images are read in parallel, one image per input of
-``pack_samples(fn, DST, inputs=...)``.
+with the boxes a crop leaves empty) and ``mask`` (HxW uint8: each pixel the category id of the last
+annotation covering it, 0 for background).  An annotation's segmentation is a list of polygons, or run-length
+encoded as pycocotools' ``annToMask`` reads it: ``{"counts": [...], "size": [h, w]}`` (uncompressed, the
+``iscrowd`` form) or ``{"counts": "<COCO's compressed string>", "size": [h, w]}``, decoded here in NumPy
+(column-major, as COCO stores masks; ``rle_decode``) so pycocotools is not needed.  The classes are named from
+the file's ``categories`` (``class_names=``: label i is category id i; ids no category uses keep their number
+as name).  The images are read in parallel, one image per input of ``pack_samples(fn, DST, inputs=...)``.
 """
 from __future__ import annotations
 
@@ -35,10 +39,19 @@ class CocoSamples:
 
     def __call__(self, entry: dict):
         anns = self.by_image.get(entry["id"], [])
-        mask = Image.new("L", (entry["width"], entry["height"]), 0)
+        height, width = entry["height"], entry["width"]
+        mask = Image.new("L", (width, height), 0)
         draw = ImageDraw.Draw(mask)
         for a in anns:
-            for polygon in a["segmentation"]:
+            segmentation = a["segmentation"]
+            if isinstance(segmentation, dict):  # RLE: paint what the polygons painted so far, then the region
+                region = rle_decode(segmentation, (height, width), f"annotation {a.get('id')}")
+                pixels = np.array(mask)
+                pixels[region.astype(bool)] = a["category_id"]
+                mask = Image.fromarray(pixels)
+                draw = ImageDraw.Draw(mask)
+                continue
+            for polygon in segmentation:
                 draw.polygon([tuple(p) for p in np.reshape(polygon, (-1, 2))], fill=a["category_id"])
         boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)], np.float32).reshape(-1, 4)
         yield {"image": self.images / entry["file_name"], "key": Path(entry["file_name"]).stem,
@@ -46,10 +59,63 @@ class CocoSamples:
                "box_classes": np.array([a["category_id"] for a in anns], np.int64), "mask": np.asarray(mask)}
 
 
+def rle_counts(counts) -> np.ndarray:
+    """The run lengths of a COCO RLE: a list of ints as given, or COCO's compressed string (pycocotools'
+    ``rleFrString``: 5 bits a character from 48, a continuation bit 0x20, the last character's 0x10 its
+    sign; from the third run on, each is a difference from the run two before)."""
+    if not isinstance(counts, (str, bytes)):
+        return np.asarray(counts, np.int64)
+    text = counts.encode("ascii") if isinstance(counts, str) else counts
+    out, p = [], 0
+    while p < len(text):
+        x, k, more = 0, 0, True
+        while more:
+            if p >= len(text):
+                raise ValueError("the compressed counts end inside a number")
+            c = text[p] - 48
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p, k = p + 1, k + 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(out) > 2:
+            x += out[-2]
+        out.append(x)
+    return np.asarray(out, np.int64)
+
+
+def rle_decode(rle: dict, shape: tuple, where: str = "an RLE") -> np.ndarray:
+    """A COCO RLE ``{"counts": ..., "size": [h, w]}`` as an h x w uint8 mask of 0 and 1, as pycocotools'
+    ``annToMask`` gives it: runs alternate 0s and 1s (0s first), down each column in turn (column-major)."""
+    h, w = (int(v) for v in rle["size"])
+    if (h, w) != tuple(shape):
+        raise ValueError(f"{where}: its RLE size is {[h, w]} but its image is {list(shape)} (height, width)")
+    counts = rle_counts(rle["counts"])
+    if (counts < 0).any() or counts.sum() != h * w:
+        raise ValueError(f"{where}: its RLE counts cover {int(counts.sum())} pixels (some negative: "
+                         f"{bool((counts < 0).any())}), not the {h} x {w} = {h * w} of its size")
+    values = np.arange(len(counts)) % 2
+    return np.repeat(values.astype(np.uint8), counts).reshape(w, h).T.copy()
+
+
+def class_names(categories: list) -> list:
+    """Names for labels 0..max id: each category's name at its id; an id without a category keeps its number
+    (as pack_samples names integer labels), or, where a category is named so, "unused <id>"."""
+    names = {int(c["id"]): str(c["name"]) for c in categories}
+    if not names:
+        return []
+    out = []
+    for i in range(max(names) + 1):
+        name = names.get(i, str(i))
+        out.append(name if i in names or name not in names.values() else f"unused {i}")
+    return out
+
+
 def convert(annotations: Path, images: Path, dst: Path, fmt: str = "mmap", **options) -> dict:
     coco = json.loads(annotations.read_text())
+    named = {"class_names": class_names(coco["categories"])} if coco.get("categories") else {}
     return pixfeed.pack_samples(CocoSamples(coco, images), dst, fmt, inputs=coco["images"], schema=SCHEMA,
-                                per_box="box_classes", **options)
+                                per_box="box_classes", **named, **options)
 
 
 def make_sample(root: Path, count: int = 8, seed: int = 0) -> Path:

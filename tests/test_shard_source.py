@@ -171,7 +171,7 @@ def test_a_truncated_shard_follows_on_error(tmp_path, capsys):
     assert main(["pack", str(tmp_path / "t"), str(tmp_path / "out"), "--store", "encoded", "--on-error", "skip",
                  "-q"]) == 0
     m = json.loads((tmp_path / "out" / "pixfeed.json").read_text())
-    assert m["count"] >= len(whole) and any("1.tar: not a readable tar shard" in n for n in m["notes"])
+    assert m["count"] >= len(whole) and any("1.tar: not a readable tar shard" in s["reason"] for s in m["skipped"])
     assert main(["info", str(tmp_path / "out")]) == 0
     assert "WebDataset shards" in capsys.readouterr().out
 
@@ -207,7 +207,7 @@ def _folder(tmp_path: Path) -> Path:
 
 def test_shards_walked_on_workers_give_the_pack_of_one_walk(tmp_path):
     """Each shard's headers are walked as a job of the pack's local workers: the samples, their order
-    and the notes of skipped samples are those of one walk in the driver."""
+    and the skipped samples are those of one walk in the driver."""
     for s in range(4):
         img2dataset_shard(tmp_path / "src" / f"{s}.tar", count=3, start=3 * s)
     with tarfile.open(tmp_path / "src" / "2.tar", "a") as tar:
@@ -215,6 +215,7 @@ def test_shards_walked_on_workers_give_the_pack_of_one_walk(tmp_path):
     one = pack(tmp_path / "src", tmp_path / "one", "mmap", store="encoded", on_error="skip", workers=1)
     two = pack(tmp_path / "src", tmp_path / "two", "mmap", store="encoded", on_error="skip", workers=2)
     assert one["files"] == two["files"] and one["count"] == two["count"] == 12
-    assert [n for n in two["notes"] if "lonely" in n] == [n for n in one["notes"] if "lonely" in n] != []
+    assert [s for s in two["skipped"] if "lonely" in s["reason"]] == \
+        [s for s in one["skipped"] if "lonely" in s["reason"]] != []
     a, b = open_dataset(tmp_path / "one"), open_dataset(tmp_path / "two")
     assert [a.key(i) for i in range(len(a))] == [b.key(i) for i in range(len(b))]

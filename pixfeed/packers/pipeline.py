@@ -145,7 +145,7 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
             writer.begin(tasks)
             results = run_tasks(writer, tasks, executor, progress, done)
         kept = np.array([i for r in results for i in r.kept], dtype=np.int64)
-        skipped = [s for r in results for s in r.skipped]
+        skipped = list(source.skipped) + [s for r in results for s in r.skipped]  # the scan's, then the tasks'
         if len(kept) == 0:
             raise SourceError(f"source {source.root}: every image was skipped; first reason: {skipped[0]['reason']}")
         extra = writer.finish(kept, results)

@@ -14,7 +14,7 @@ from ..errors import OptionError
 from ..storage.store import Store, is_url
 from .folder import Source, scan
 from .index import scan_index
-from .shards import is_shards, scan_shards
+from .shards import is_shard_name, is_shards, scan_shards
 
 
 def scan_source(src, opts, storage_options: Optional[dict] = None, map_fn: Callable = map) -> Source:
@@ -40,7 +40,7 @@ def scan_source(src, opts, storage_options: Optional[dict] = None, map_fn: Calla
 
 def _only_shards(src, storage_options: Optional[dict]) -> bool:
     names = list(Store(src, storage_options).list())
-    return bool(names) and all(n.endswith(".tar") for n in names)
+    return bool(names) and all(is_shard_name(n) for n in names)
 
 
 __all__ = ["Source", "scan", "scan_index", "scan_shards", "scan_source"]

@@ -50,6 +50,7 @@ class Source:
     walked: bool = True  # the scan walks root's folders, so a DST inside root would be scanned next time
     checked: bool = False  # the images were checked when first packed and their checksums on the way in
     checked_limit: Optional[int] = -1  # the pixel limit they were checked under (None: none; -1: not known)
+    skipped: List[dict] = field(default_factory=list)  # samples the scan left out ({"path", "reason"}, on_error="skip")
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -54,14 +54,27 @@ def from_inputs(fn: Callable, inputs: Sequence, executor, on_error: str) -> tupl
     samples, names, notes = [], [], []
     for (n, value), (made, error) in zip(items, results):
         if error is not None:
-            message = f"input {n} ({value!r:.60}): {function_name(fn)} raised {error}"
+            message = f"input {n} ({shown(value)}): {function_name(fn)} raised {error}"
             if on_error == "fail":
                 raise SourceError(message)
             notes.append(f"skipped: {message}")
             continue
         samples += made
-        names += [f"input {n} ({value!r:.60}), sample {k}" for k in range(len(made))]
+        names += [f"input {n} ({shown(value)}), sample {k}" for k in range(len(made))]
     return samples, names, notes
+
+
+SHOWN = 120  # characters of an input's repr a message shows
+
+
+def shown(value) -> str:
+    """An input's repr for messages: whole up to SHOWN characters; a longer one cut after its last whole item
+    (at a ", ") within them and marked, never inside a value (a cut ``'width': 500`` read as ``'width': 5``)."""
+    text = repr(value)
+    if len(text) <= SHOWN:
+        return text
+    cut = text.rfind(", ", 0, SHOWN)
+    return f"{text[:cut] if cut > 0 else text[:SHOWN]}, ... ({len(text):,} characters in all)"
 
 
 def function_name(fn: Callable) -> str:

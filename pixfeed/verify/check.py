@@ -16,6 +16,7 @@ record index or key:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional
 
@@ -59,7 +60,17 @@ def verify(path, deep: bool = False, progress: Progress = None, storage_options:
     report.problems += _check_count(root, manifest, remote, linked)
     report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None), storage_options,
                                       allow_links)
+    report.problems = [_without_verify_advice(p) for p in report.problems]
     return report
+
+
+_ADVICE = re.compile(r"(;|,)? ?\(?run 'pixfeed verify [^']*'\)?")
+
+
+def _without_verify_advice(problem: str) -> str:
+    """A problem as verify reports it: the readers' advice to "run 'pixfeed verify ...'" left out (it is
+    running)."""
+    return _ADVICE.sub("", problem)
 
 
 def _file_entries(manifest: dict) -> dict:
