@@ -19,7 +19,7 @@ from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
 from .storage.options import add_argument, options_from_args
-from .console.words import human_bytes, plural
+from .console.words import human_bytes, plural, printable
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
@@ -121,9 +121,9 @@ def cmd_pack(args) -> int:
 
 def _report_pack(m: dict, dst, secs: float) -> None:
     for note in m["notes"]:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {printable(note)}", file=sys.stderr)
     for s in m["skipped"]:
-        print(f"skipped: {_skip_line(s)}", file=sys.stderr)
+        print(f"skipped: {printable(_skip_line(s))}", file=sys.stderr)
     stats = m["stats"]
     print(f"packed {plural(m['count'], 'image')} ({human_bytes(stats['stored_bytes'])} stored from "
           f"{human_bytes(stats['source_bytes'])} of source files, {len(m['skipped'])} skipped) into {dst} "
@@ -145,16 +145,16 @@ def cmd_info(args) -> int:
             ("classes", "none (flat source)" if classes is None else
              f"{len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}"),
             ("files", f"{len(m['files'])}, {human_bytes(total)}"),
-            ("checksum", m["checksum"]),
+            ("checksum", m.get("checksum") or "none recorded"),
             ("fields", ", ".join(f"{f['name']} ({_field_spec(f)})" for f in m.get("schema") or ()) or "none"),
             ("source", _origin(m.get("source"))),
-            ("skipped", _skipped(m["skipped"])),
-            ("created", f"{m['created']} by pixfeed {m['pixfeed_version']}")]
+            ("skipped", _skipped(m.get("skipped") or [])),
+            ("created", f"{m.get('created', 'unknown')} by pixfeed {m.get('pixfeed_version', 'unknown')}")]
     if m.get("shards"):
         rows.insert(5, ("shards", len(m["shards"])))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+        print(f"{k:<{width}}  " + "\n".join(map(printable, str(v).split("\n"))))  # input's names, escaped
     return 0
 
 
@@ -320,10 +320,10 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except PixfeedError as e:
-        print(f"pixfeed: error: {e}", file=sys.stderr)
+        print(f"pixfeed: error: {printable(e)}", file=sys.stderr)
         return 2
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError) as e:
-        print(f"pixfeed: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        print(f"pixfeed: error: {printable(e.filename or '')}: {printable(e.strerror or e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pixfeed: interrupted; nothing was written", file=sys.stderr)

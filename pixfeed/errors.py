@@ -95,17 +95,6 @@ class LoaderStalledError(LoaderError):
     """A reader made no progress for ``stall_timeout`` seconds (stuck storage, a stopped worker)."""
 
 
-class Location:
-    """Where a record is, for error messages: ``where(i)`` runs only when the message is formatted (looking
-    a key up on every read cost the first read of a 10M-record dataset a second and 700 MB)."""
-
-    __slots__ = ("where", "i")
-
-    def __init__(self, where, i: int) -> None:
-        self.where, self.i = where, i
-
-    def __str__(self) -> str:
-        return self.where(self.i)
 # Bounded work on hostile input (docs/untrusted-data.md, "Bounded work"; limits in pixfeed.storage.bounded).
 # The tar and limit errors are both a SourceError (packing) and a CorruptDataError (reading a dataset).
 class DamagedTarError(SourceError, CorruptDataError):
@@ -122,3 +111,14 @@ class SpecialFileError(SourceError):
     FIFO would block and a device never end."""
 
 
+class Location:
+    """Where a record is, for error messages: ``where(i)`` runs only when the message is formatted (looking
+    a key up on every read cost the first read of a 10M-record dataset a second and 700 MB)."""
+
+    __slots__ = ("where", "i")
+
+    def __init__(self, where, i: int) -> None:
+        self.where, self.i = where, i
+
+    def __str__(self) -> str:
+        return self.where(self.i)

@@ -78,7 +78,9 @@ def read_manifest(root: str | os.PathLike, storage_options: dict | None = None, 
         raise OutsideDatasetError(f"{path}: the manifest is a symbolic link (to {os.readlink(path)!r}); a "
                                   "dataset's files must be its own: pass allow_links=True (--allow-links) if "
                                   "you trust where it points")
-    return parse_manifest(path.read_bytes(), path)
+    from .storage.bounded import MANIFEST_BYTES, read_file
+
+    return parse_manifest(read_file(path, MANIFEST_BYTES, path, "manifest"), path)
 
 
 def _read_remote(url: str, storage_options: dict | None) -> dict:
@@ -142,6 +144,7 @@ def validate(m: Any, where: object) -> None:
                  and isinstance(meta.get("xxh3_64"), str),
                  where, f"files[{name!r}] must have a non-negative integer 'bytes' and a string 'xxh3_64'")
     _check_named_paths(m, where)
+    _check_bounded(m, where)
 
 
 def _check_named_paths(m: dict, where: object) -> None:
@@ -161,3 +164,43 @@ def _check_named_paths(m: dict, where: object) -> None:
         if not inside(name):
             raise OutsideDatasetError(f"{where}: {what} {name!r} must be a relative path inside the dataset "
                                       "(no absolute path, no '..'); a dataset reads only its own files")
+
+
+_TYPES = {"keys_file": (str, "a file name"), "checksum": (str, "a string"), "key_index": (dict, "an object"),
+          "shards": (list, "a list"), "per_box": (list, "a list"), "skipped": (list, "a list"),
+          "notes": (list, "a list"), "source": (dict, "an object"), "options": (dict, "an object"),
+          "chunks": (dict, "an object"), "created": (str, "a string"), "pixfeed_version": (str, "a string")}
+
+
+def _check_bounded(m: dict, where: object) -> None:
+    """The other entries have the types readers rely on, and the numbers are bounded by the data listed
+    (docs/untrusted-data.md, "Bounded work"): a count above the bytes of the files (every record takes
+    some), or a pixels record over IMAGE_BYTES, is refused before anything is allocated or looped over."""
+    from .storage.bounded import IMAGE_BYTES
+
+    for key, (kind, what) in _TYPES.items():
+        value = m.get(key)
+        _require(value is None or isinstance(value, kind), where, f"{key} must be {what}, not {type(value).__name__}")
+    total = sum(meta["bytes"] for meta in m["files"].values())
+    _require(m["count"] <= total, where, f"count {m['count']:,} is more records than the {total:,} bytes of its "
+                                         "files can hold")
+    if m["store"] == "pixels":
+        h, w, c = m["shape"]
+        _require(h * w * c <= IMAGE_BYTES, where, f"shape {m['shape']} is over pixfeed's limit of "
+                                                  f"{IMAGE_BYTES >> 20} MiB for one record")
+    for key in ("per_box", "notes"):
+        _require(all(isinstance(v, str) for v in m.get(key) or []), where, f"{key} must be a list of strings")
+    entry = m.get("key_index")
+    _require(entry is None or all(isinstance(entry.get(k), str) for k in ("offsets", "blob")), where,
+             "key_index must name its 'offsets' and 'blob' files")
+    for n, shard in enumerate(m.get("shards") or []):
+        _require(isinstance(shard, dict) and isinstance(shard.get("name"), str)
+                 and all(isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool) and shard[k] >= 0
+                         for k in ("count", "bytes")) and isinstance(shard.get("xxh3_64"), str),
+                 where, f"shards[{n}] must have a 'name', non-negative integer 'count' and 'bytes', and 'xxh3_64'")
+    chunks = m.get("chunks")
+    if chunks is not None:
+        size, sums = chunks.get("bytes"), chunks.get("xxh3_64")
+        _require(isinstance(size, int) and not isinstance(size, bool) and size > 0 and isinstance(sums, dict)
+                 and all(isinstance(v, list) and all(isinstance(h, str) for h in v) for v in sums.values()),
+                 where, "chunks must have a positive integer 'bytes' and 'xxh3_64' lists of strings")

@@ -44,7 +44,27 @@ def follows_contract(m) -> bool:
             and (classes is None or isinstance(classes, list) and all(isinstance(c, str) for c in classes))
             and (m["store"] != "pixels" or isinstance(shape, list) and len(shape) == 3 and shape[2] == 3
                  and all(_int(s, 1) for s in shape))
-            and isinstance(files, dict) and all(_file_ok(n, v) for n, v in files.items()))
+            and isinstance(files, dict) and all(_file_ok(n, v) for n, v in files.items())
+            and _bounded_ok(m))
+
+
+_OPTIONAL_TYPES = {"keys_file": str, "checksum": str, "key_index": dict, "shards": list, "per_box": list,
+                   "skipped": list, "notes": list, "source": dict, "options": dict, "chunks": dict,
+                   "created": str, "pixfeed_version": str}
+
+
+def _bounded_ok(m) -> bool:
+    """#39's rules: optional entries of their types, a count no more than the files' bytes, a pixels record
+    of at most 1 GiB, and a keys_file naming a file inside the dataset."""
+    if any(m.get(k) is not None and not isinstance(m[k], t) for k, t in _OPTIONAL_TYPES.items()):
+        return False
+    if m["count"] > sum(v["bytes"] for v in m["files"].values()):
+        return False
+    if m["store"] == "pixels" and m["shape"][0] * m["shape"][1] * 3 > 1 << 30:
+        return False
+    keys = m.get("keys_file")
+    return "keys_file" not in m or (isinstance(keys, str) and bool(keys) and not os.path.isabs(keys)
+                                    and ".." not in Path(keys).parts)
 
 
 def check(text) -> None:

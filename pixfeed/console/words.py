@@ -2,6 +2,7 @@
 "60 images", ``human_bytes(11.8e6)`` "11.8 MB"."""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 
@@ -17,3 +18,13 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1000
     return str(n)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print: control characters (terminal escape sequences, carriage returns, newlines,
+    bidi overrides) shown as Python escapes (``\\x1b``), so names and cells from input cannot move the
+    cursor, retitle the terminal or forge a line of output.  Used where a message quotes input."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))

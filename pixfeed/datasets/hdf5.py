@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 
 from ..image import buffers as batchbuffers
-from ..errors import OutsideDatasetError
+from ..errors import CorruptDataError, OutsideDatasetError
 from ..layouts import hdf5 as layout
 from ..storage.paths import LINKS_OPTION
 from ..storage.pagecache import Extents
@@ -46,7 +46,13 @@ class H5ImageDataset(MapImageDataset):
         data = f[self._records_name]
         raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
             and data.id.get_create_plist().get_nfilters() == 0
-        return {"data": data, "labels": f[layout.LABELS], "checksums": f[layout.CHECKSUMS], "raw_chunks": raw}
+        out = {"data": data, "labels": f[layout.LABELS], "checksums": f[layout.CHECKSUMS], "raw_chunks": raw}
+        for key in ("data", "labels", "checksums"):  # a count they do not hold: named, not h5py's OSError later
+            if len(out[key]) != self.manifest["count"]:
+                f.close()
+                raise CorruptDataError(f"{self.path}/{layout.DATA}: {key} holds {len(out[key]):,} records, but the "
+                                       f"manifest's count is {self.manifest['count']:,}; the dataset is damaged")
+        return out
 
     def read_stored(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of uint8 arrays."""

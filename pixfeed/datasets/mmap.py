@@ -45,6 +45,10 @@ class MmapImageDataset(MapImageDataset):
     def _open(self) -> dict:
         load = lambda name: np.load(self.path / name, mmap_mode="r", allow_pickle=False)  # noqa: E731
         arrays = {"labels": load(layout.LABELS), "checksums": load(layout.CHECKSUMS)}
+        for key, array in arrays.items():  # a count the arrays do not hold: named here, not an IndexError later
+            if len(array) != self.manifest["count"]:
+                raise CorruptDataError(f"{self.path}: {key} holds {len(array):,} records, but the manifest's count is "
+                                       f"{self.manifest['count']:,}; the dataset is damaged (pixfeed verify names more)")
         name = layout.IMAGES if self.store == "pixels" else layout.DATA
         if self.store == "encoded":
             arrays["offsets"] = load(layout.OFFSETS)

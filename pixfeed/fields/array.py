@@ -27,7 +27,7 @@ def parse(field, value, where: str, text: bool) -> np.ndarray:
     if text:
         try:
             value = json.loads(value)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:  # RecursionError: nested past ~1,000 levels
             raise SourceError(f"{where}: not a JSON array ({e})") from None
     try:
         arr = np.asarray(value)

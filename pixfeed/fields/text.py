@@ -13,7 +13,7 @@ def parse(kind: str, value, where: str, text: bool):
             return value
         try:
             return json.loads(value)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:  # RecursionError: nested past ~1,000 levels
             raise SourceError(f"{where}: not valid JSON ({e})") from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         if kind == "bytes":

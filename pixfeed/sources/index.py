@@ -24,6 +24,7 @@ docs/data-rules.md.
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..storage.bounded import int64
 from ..errors import OptionError, OutsideSourceError, PixfeedError, SourceError
 from ..fields import Field, check_name, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import is_missing, parse
@@ -247,6 +249,11 @@ def _labels(name: str, rows: List[str], columns, column: Optional[str], names: O
     missing = [c is None or c == "" for c in cells]
     ids = [None if m else label_int(c) for c, m in zip(cells, missing)]
     where = lambda k: f"{name}: {rows[k]}, column {column!r}"  # noqa: E731
+    for k, (i, c) in enumerate(zip(ids, cells)):  # named before any int64 array is made (#39)
+        if i is not None:
+            int64(i, where(k), "label")
+        elif isinstance(c, float) and not math.isfinite(c):
+            raise SourceError(f"{where(k)}: {c!r} is not a class name or index")
     if all(i is not None for i, m in zip(ids, missing) if not m):  # class indices: kept as they are
         labels = np.array([UNLABELLED if i is None else i for i in ids], np.int64)
         check_labels(labels, where)

@@ -187,7 +187,7 @@ def _from_text(cell: str):
     if cell[:1] in "[{":
         try:
             return json.loads(cell)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past ~1,000 levels: text, refused if typed JSON
             pass
     return cell
 

@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import OptionError, SourceError
+from ..storage.bounded import IMAGE_BYTES, int64, read_file
 from ..fields import Field, check_name, parse_type
 from ..fields.codec import parse
 from ..fields.picture import encode_mask, encode_png
@@ -136,7 +137,7 @@ def _image_bytes(value, where: str) -> bytes:
         return bytes(value)
     if isinstance(value, (str, Path)):
         try:
-            return Path(value).read_bytes()
+            return read_file(value, IMAGE_BYTES, f"{where}: image {value}")
         except OSError as e:
             raise SourceError(f"{where}: image {value}: cannot read ({e.strerror or e})") from None
     what = f"a {value.dtype} array of shape {value.shape}" if isinstance(value, np.ndarray) else \
@@ -157,6 +158,9 @@ def _labels(values: list, names: List[str], class_names=None) -> tuple:
         raise SourceError(f"{names[missing]}: no 'label' while other samples have one; every sample needs one "
                           "(-1 for unlabelled), or none")
     ints = [None if isinstance(v, str) else label_int(v) for v in values]
+    for n, i in enumerate(ints):  # named before any int64 array is made (#39)
+        if i is not None:
+            int64(i, names[n], "label")
     if all(isinstance(v, str) or i == UNLABELLED for v, i in zip(values, ints)) and \
             any(isinstance(v, str) for v in values):
         if class_names is not None:

@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..errors import OptionError, SourceError
+from ..errors import OptionError, OverLimitError, SourceError
+from ..storage.bounded import CELL_CHARS, COLUMNS, SPARSE, loads
 
 SUFFIXES = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -32,10 +33,26 @@ def _csv(path: Path, data: bytes):
         line = data[:e.start].count(b"\n") + 1
         raise SourceError(f"{path}: line {line}: not valid UTF-8 ({e.reason}); save the index as UTF-8") from None
     reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    limit = csv.field_size_limit(CELL_CHARS)  # csv's own 128 KiB stops long polygon and box lists
+    try:
+        return _csv_rows(path, reader)
+    except csv.Error as e:
+        if "field limit" in str(e):
+            raise OverLimitError(f"{path}: line {reader.line_num + 1}: a cell over pixfeed's limit of {CELL_CHARS:,} "
+                                 "characters for one CSV cell") from None
+        raise SourceError(f"{path}: line {reader.line_num}: not CSV ({e})") from None
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _csv_rows(path: Path, reader):
     try:
         header = next(reader)
     except StopIteration:
         raise SourceError(f"{path}: empty index file (no header row)") from None
+    if len(header) > COLUMNS:
+        raise OverLimitError(f"{path}: the header has {len(header):,} columns, over pixfeed's limit of {COLUMNS:,} "
+                             "(each column becomes a field)")
     columns: Dict[str, list] = {name: [] for name in header}
     if len(columns) != len(header):
         raise SourceError(f"{path}: the header names a column twice ({', '.join(header)})")
@@ -53,22 +70,31 @@ def _csv(path: Path, data: bytes):
 
 
 def _jsonl(path: Path, data: bytes):
-    columns: Dict[str, list] = {}
-    rows = []
+    """Rows kept as read, the columns filled once at the end (time and memory linear in the table: a
+    column that only some rows have was copied on every row before); a table more than SPARSE times
+    larger than the cells its rows hold, or of more than COLUMNS columns, is an OverLimitError."""
+    names: Dict[str, None] = {}
+    parsed, rows, cells = [], [], 0
     for n, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads(line, f"{path}: line {n}")
         except (UnicodeDecodeError, ValueError) as e:
+            if isinstance(e, OverLimitError):
+                raise
             raise SourceError(f"{path}: line {n}: not a JSON object ({e})") from None
         if not isinstance(row, dict):
             raise SourceError(f"{path}: line {n}: a row must be a JSON object, not {type(row).__name__}")
-        for name in row.keys() - columns.keys():
-            columns[name] = [None] * len(rows)
-        for name, cells in columns.items():
-            cells.append(row.get(name))
+        names.update(dict.fromkeys(row))
+        parsed.append(row)
         rows.append(f"line {n}")
+        cells += len(row)
+        if len(names) > COLUMNS or len(names) * len(rows) > SPARSE * cells + (1 << 20):
+            raise OverLimitError(f"{path}: line {n}: {len(names):,} columns over {len(rows):,} rows that hold "
+                                 f"{cells:,} cells; pixfeed takes at most {COLUMNS:,} columns, and a table at most "
+                                 f"{SPARSE} times larger than its cells (most columns missing from most rows)")
+    columns = {name: [row.get(name) for row in parsed] for name in names}
     return columns, rows, False
 
 

@@ -20,6 +20,7 @@ IMAGE_BYTES = 1 << 30      # one image file or image member (the pixel limit bou
 MEMBER_BYTES = 256 << 20   # one other tar member or file read into memory: .txt, .json, .npy, .cls, a mask
 CELL_CHARS = 64 << 20      # one CSV cell (Python's csv module stops at 128 KiB; long polygon lists pass that)
 COLUMNS = 4096             # columns of one index file (each becomes a field)
+SPARSE = 64                # a JSONL table may fill at most 64 x the cells its rows hold (+ 1M) with nulls
 MANIFEST_BYTES = 256 << 20  # pixfeed.json, keys.json
 INT64 = (-(1 << 63), (1 << 63) - 1)  # labels and sizes are stored as int64
 

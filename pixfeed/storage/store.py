@@ -111,11 +111,17 @@ class Store:
                                f"{mask(str(e), self.options)})") from None
 
     def list(self) -> Dict[str, int]:
-        """{relative path: size} of every object below the root, from one recursive listing."""
+        """{relative path: size} of every object below the root, from one recursive listing (a size the
+        store does not give is 0).  An http(s) URL has no listing (fsspec would follow a web page's links,
+        without end on a hostile server): a StorageError."""
+        if self.url.split("://", 1)[0].lower() in ("http", "https"):
+            raise StorageError(f"{self.url}: an http(s) URL cannot be listed (a web page's links are not a listing); "
+                               "give a bucket URL (s3://, gs://, az://) or a local folder, or an --index of files "
+                               "relative to the URL")
         with self.errors(self.url):
             fs, root = self.fs, self.path().rstrip("/")
             found = fs.find(root, detail=True)
-        return {p[len(root) + 1:]: int(info["size"]) for p, info in found.items()
+        return {p[len(root) + 1:]: int(info.get("size") or 0) for p, info in found.items()
                 if info.get("type") != "directory" and p.startswith(root + "/")}
 
     def read(self, name: str) -> bytes:

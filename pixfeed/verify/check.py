@@ -26,10 +26,21 @@ from ..checksum import file_hash, stream_hash
 from ..image.decode import check_encoded, decode
 from ..errors import PixfeedError
 from ..manifest import read_manifest
+from ..storage.bounded import MANIFEST_BYTES, read_file, special_kind
 from ..storage.paths import link_problem
 from ..storage.store import Store, is_url, join, local_path
 
 _CHUNK = 64
+MAX_RECORD_PROBLEMS = 1000  # then verify stops reading records: its verdict stands, in bounded time
+
+
+def _capped(problems: Iterator[str], most: int) -> Iterator[str]:
+    """The first ``most`` problems, then one saying the rest of the records were not read."""
+    for n, problem in enumerate(problems):
+        if n == most:
+            yield f"stopped after {most:,} record problems; the rest of the records were not read"
+            return
+        yield problem
 Progress = Optional[Callable[[int], object]]
 
 
@@ -58,8 +69,8 @@ def verify(path, deep: bool = False, progress: Progress = None, storage_options:
     linked = (lambda name: None) if remote or allow_links else (lambda name: link_problem(root, name))
     report.problems += _check_files(root, manifest, report, remote, linked)
     report.problems += _check_count(root, manifest, remote, linked)
-    report.problems += _check_records(root, manifest, deep, report, progress or (lambda n: None), storage_options,
-                                      allow_links)
+    report.problems += _capped(_check_records(root, manifest, deep, report, progress or (lambda n: None),
+                                              storage_options, allow_links), MAX_RECORD_PROBLEMS)
     report.problems = [_without_verify_advice(p) for p in report.problems]
     return report
 
@@ -92,6 +103,9 @@ def _check_files(root, manifest: dict, report: Report, remote: Optional[Store], 
         if linked(name):
             yield linked(name)
             continue
+        if remote is None and special_kind(p):  # a FIFO would block the hash, a device never end
+            yield f"{p}: is {special_kind(p)}, not a regular file (listed in the manifest as a data file)"
+            continue
         try:
             size = sizes[name] if remote else p.stat().st_size
             if size != meta["bytes"]:
@@ -112,13 +126,16 @@ def _hash(path, name: str, remote: Optional[Store]) -> str:
 
 
 def _check_count(root, manifest: dict, remote: Optional[Store], linked) -> Iterator[str]:
+    if not manifest.get("keys_file"):
+        yield f"{root}: the manifest names no keys_file (the record keys)"
+        return
     n, path = manifest["count"], join(root, manifest["keys_file"])
     if linked(manifest["keys_file"]):
         yield linked(manifest["keys_file"])
         return
     try:
-        keys = json.loads(remote.read(manifest["keys_file"]) if remote else path.read_bytes())
-    except (OSError, ValueError) as e:
+        keys = json.loads(remote.read(manifest["keys_file"]) if remote else read_file(path, MANIFEST_BYTES))
+    except (OSError, ValueError, RecursionError) as e:
         yield f"{path}: cannot read the record keys ({e})"
         return
     if not isinstance(keys, list) or len(keys) != n:

@@ -5,7 +5,7 @@ from ..console.progress import Bar, shown
 from ..manifest import read_manifest
 from ..storage.options import add_argument, options_from_args
 from .check import verify
-from ..console.words import plural
+from ..console.words import plural, printable
 
 
 def cmd_verify(args) -> int:
@@ -15,7 +15,7 @@ def cmd_verify(args) -> int:
         report = verify(args.dst, deep=args.deep, progress=bar.update, storage_options=options,
                         allow_links=args.allow_links)
     for problem in report.problems:
-        print(f"FAIL {problem}")
+        print(f"FAIL {printable(problem)}")
     if not args.quiet or report.problems:
         state = "OK" if report.ok else plural(len(report.problems), "problem")
         print(f"{state}: {args.dst}: {plural(report.files, 'file')} and {report.records:,} of "
