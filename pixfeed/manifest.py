@@ -178,6 +178,8 @@ def _check_bounded(m: dict, where: object) -> None:
     some), or a pixels record over IMAGE_BYTES, is refused before anything is allocated or looped over."""
     from .storage.bounded import IMAGE_BYTES
 
+    for key in ("classes", "shape"):  # every reader looks them up (null when there are none)
+        _require(key in m, where, f"no {key!r} entry (null when there are none)")
     for key, (kind, what) in _TYPES.items():
         value = m.get(key)
         _require(value is None or isinstance(value, kind), where, f"{key} must be {what}, not {type(value).__name__}")

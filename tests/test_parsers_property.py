@@ -58,6 +58,8 @@ def _bounded_ok(m) -> bool:
     of at most 1 GiB, and a keys_file naming a file inside the dataset."""
     if any(m.get(k) is not None and not isinstance(m[k], t) for k, t in _OPTIONAL_TYPES.items()):
         return False
+    if "classes" not in m or "shape" not in m:
+        return False
     if m["count"] > sum(v["bytes"] for v in m["files"].values()):
         return False
     if m["store"] == "pixels" and m["shape"][0] * m["shape"][1] * 3 > 1 << 30:

@@ -51,7 +51,7 @@ def test_every_list_of_formats_is_the_registry():
 
 
 def _manifest(fmt: str) -> dict:
-    return {"magic": "pixfeed-dataset", "layout_version": 1, "format": fmt, "count": 0, "classes": None,
+    return {"magic": "pixfeed-dataset", "layout_version": 1, "format": fmt, "count": 0, "classes": None, "shape": None,
             "store": "encoded", "files": {}}
 
 

@@ -71,7 +71,11 @@ def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Ima
         if limit is None or limit > (Image.MAX_IMAGE_PIXELS or 0):
             img = _open_unbounded(data, fmt, where)
         else:
-            raise ImageDecodeError(f"{where}: {e}; raise the limit with --max-pixels if the image is trusted") from None
+            # one limit quoted, the one in force (Pillow's message gives its own, or twice it for an error)
+            pixels = re.search(r"\((\d+) pixels\)", str(e))
+            raise ImageDecodeError(f"{where}: {pixels.group(1) + ' pixels' if pixels else 'the image'} exceeds the "
+                                   f"decompression-bomb limit of {limit} pixels; raise it with --max-pixels if the "
+                                   "image is trusted") from None
     except Exception as e:  # Pillow raises many types on bad headers
         raise _header_error(where, fmt, e) from None
     check_limit(*img.size, where, max_pixels)

@@ -38,7 +38,7 @@ def _csv(path: Path, data: bytes):
         return _csv_rows(path, reader)
     except csv.Error as e:
         if "field limit" in str(e):
-            raise OverLimitError(f"{path}: line {reader.line_num + 1}: a cell over pixfeed's limit of {CELL_CHARS:,} "
+            raise OverLimitError(f"{path}: line {reader.line_num}: a cell over pixfeed's limit of {CELL_CHARS:,} "
                                  "characters for one CSV cell") from None
         raise SourceError(f"{path}: line {reader.line_num}: not CSV ({e})") from None
     finally:

@@ -202,7 +202,7 @@ def _read_one(ds, i: int, report: Report) -> tuple:
 
 def _check_stream(ds, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
     """Iterable readers (wds) check checksums and decode as they stream; check what comes out."""
-    shape = manifest["shape"] and (3, *manifest["shape"][:2])
+    shape = manifest.get("shape") and (3, *manifest["shape"][:2])
     try:
         for sample in ds:
             image, label = sample["image"], sample["label"]
