@@ -61,6 +61,7 @@ from torch.nn import functional as F
 from pixfeed.datasets import open_dataset
 from pixfeed.image.geometry import random_box
 from pixfeed.loaders import make_loader
+from pixfeed.loaders.tune import epochs
 from pixfeed.machine.cpus import available_cpus
 from pixfeed.packers import pack
 
@@ -303,15 +304,6 @@ def ready_batches(loader: Any) -> int:
     return workers * prefetch + 2
 
 
-def forever(loader: Any) -> Iterator[Any]:
-    """The loader's batches, epoch after epoch (an epoch that gives none ends it)."""
-    while True:
-        given = False
-        for batch in loader:
-            given = True
-            yield batch
-        if not given:
-            return
 
 
 def gpu_stats() -> Dict[str, float]:
@@ -363,7 +355,7 @@ def appetite(step: Step, device: torch.device, args: argparse.Namespace) -> Dict
 
 
 def fed(loader: Any, step: Step, device: torch.device, args: argparse.Namespace) -> Dict[str, Any]:
-    batches = forever(loader)
+    batches = epochs(loader)
     try:
         return measure(batches, step, device, args, max(args.min_warmup, ready_batches(loader)))
     finally:

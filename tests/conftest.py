@@ -1,6 +1,10 @@
 """Shared fixtures: small real JPEG/PNG trees written with Pillow."""
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +102,41 @@ def bucket(s3_server, request) -> str:
     import re
 
     return f"s3://pixfeed/{re.sub(r'[^A-Za-z0-9_-]', '-', request.node.name)}"
+
+
+HOLD = Path(__file__).parent / "hold"  # sitecustomize.py: a read of image P waits while a FIFO P.hold exists
+
+
+def held_image(folder: Path) -> tuple:
+    """(an image ``zz-hold.jpg`` in ``folder``, the FIFO that holds its read, the environment of a
+    process that reads through the hold: ``tests/hold`` on PYTHONPATH)."""
+    image = write_image(folder / "zz-hold.jpg")
+    fifo = Path(f"{image}.hold")
+    os.mkfifo(fifo)
+    path = os.pathsep.join(filter(None, [str(HOLD), os.environ.get("PYTHONPATH")]))
+    return image, fifo, {**os.environ, "PYTHONPATH": path}
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = 30):
+    """Fail (TimeoutError) instead of hanging: pixfeed's loops are Python, so the alarm interrupts them."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def coco():
+    """examples/coco_to_pixfeed.py as a module (an example, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("coco_to_pixfeed", Path(__file__).parent.parent / "examples"
+                                                  / "coco_to_pixfeed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+

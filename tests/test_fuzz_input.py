@@ -7,12 +7,10 @@ is checked unchanged after every example.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
@@ -20,23 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from conftest import deadline, make_tree
 from pixfeed.errors import PixfeedError
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])
-
-
-@contextlib.contextmanager
-def deadline(seconds: int = 10):
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def jpeg(seed: int = 0) -> bytes:
@@ -154,10 +140,7 @@ def packed(tmp_path_factory) -> dict:
     from pixfeed.cli import main
 
     root = tmp_path_factory.mktemp("packed")
-    src = root / "src"
-    for c in ("a", "b"):
-        (src / c).mkdir(parents=True)
-        (src / c / "0.jpg").write_bytes(jpeg(ord(c)))
+    src = make_tree(root / "src", classes=("a", "b"), per_class=1)
     out = {}
     for fmt in ("mmap", "wds"):
         size = ["--size", "8"] if fmt == "mmap" else []  # wds stores the encoded files

@@ -6,24 +6,22 @@ regression fails, it does not hang the suite); in-process calls run under ``dead
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import http.server
 import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import deadline
 from pixfeed.cli import main
 from pixfeed.errors import DamagedTarError, OverLimitError, PixfeedError
 from pixfeed.storage import bounded
@@ -86,20 +84,6 @@ def one_line_error(r: subprocess.CompletedProcess, *words: str, code: int = 2) -
     for word in words:
         assert word in lines[0], lines[0]
     return lines[0]
-
-
-@contextlib.contextmanager
-def deadline(seconds: int = 30):
-    """Fail (TimeoutError) instead of hanging: pixfeed's loops are Python, so the alarm interrupts them."""
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def in_process(capsys, *args) -> tuple:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_tree, write_image, sized
+from conftest import held_image, make_tree, write_image, sized
 
 from pixfeed import registry
 from pixfeed.errors import OutputError
@@ -43,16 +43,16 @@ def existing(tmp_path):
     return src, dst, _snapshot(dst)
 
 
-# ---- signals: a FIFO as the last source image holds the pack midway -----------------------
+# ---- signals: the last source image's read held midway (conftest.held_image) -----------------------
 
 def _start_blocked_pack(src: Path, dst: Path, workers: int):
     """Start ``pixfeed pack --overwrite`` and return (process, fifo write end) once it is
-    blocked reading the FIFO, with every other image already packed into its temporary dir."""
-    fifo = src / "eel" / "zz-fifo.jpg"
-    os.mkfifo(fifo)
+    blocked reading the last image (its hold FIFO), with every other image already packed into its
+    temporary dir."""
+    _, fifo, env = held_image(src / "eel")
     cmd = [sys.executable, "-m", "pixfeed.cli", "pack", str(src), str(dst), "--overwrite", "--size", "16",
            "--workers", str(workers), "-q"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -123,7 +123,7 @@ def test_sigkill_midway_keeps_dst_and_next_pack_removes_the_debris(existing):
         os.close(fd)
     assert _leftovers(dst.parent) == [f".ds.pixfeed-tmp-{proc.pid}"]
     assert _snapshot(dst) == before and verify(dst).ok
-    (src / "eel" / "zz-fifo.jpg").unlink()
+    (src / "eel" / "zz-hold.jpg.hold").unlink()
     pack(src, dst, "mmap", size=24, workers=1, overwrite=True)
     assert _leftovers(dst.parent) == [] and json.loads((dst / "pixfeed.json").read_text())["shape"] == [24, 24, 3]
 

@@ -4,6 +4,7 @@ are recorded, and a pack reads each source file once."""
 from __future__ import annotations
 
 import builtins
+import os
 import json
 import sys
 from pathlib import Path
@@ -89,14 +90,17 @@ def test_quality_needs_max_side(image_tree, tmp_path, capsys):
 
 
 def test_wds_reads_each_source_file_once_and_records_its_shape(image_tree, tmp_path, monkeypatch):
-    opened, real = [], builtins.open
+    opened = []
 
-    def counting(file, *args, **kwargs):
-        if Path(str(file)).is_relative_to(image_tree):
-            opened.append(Path(file).relative_to(image_tree).as_posix())
-        return real(file, *args, **kwargs)
+    def counting(real):  # source files are read through os.open (bounded.read_file) or open
+        def opening(file, *args, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and Path(file).is_relative_to(image_tree):
+                opened.append(Path(file).relative_to(image_tree).as_posix())
+            return real(file, *args, **kwargs)
+        return opening
 
-    monkeypatch.setattr(builtins, "open", counting)
+    monkeypatch.setattr(builtins, "open", counting(builtins.open))
+    monkeypatch.setattr(os, "open", counting(os.open))
     monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read with read_bytes"))
     for store, extra in (("pixels", {"size": 8}), ("encoded", {"max_side": 16})):
         opened.clear()

@@ -3,7 +3,6 @@ parallel) pack like any source; bad samples are named; and the COCO example's ma
 its images after random crops and flips."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,8 +13,6 @@ import torch
 import pixfeed
 from pixfeed.datasets import open_dataset
 from pixfeed.errors import OptionError, SourceError
-
-EXAMPLE = Path(__file__).parent.parent / "examples" / "coco_to_pixfeed.py"
 
 
 def image(i: int) -> np.ndarray:
@@ -83,14 +80,6 @@ def test_bad_samples_are_named(tmp_path):
     with pytest.raises(OptionError, match="inputs=\\[...\\]"):
         pixfeed.pack_samples(samples_of, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-
-
-@pytest.fixture(scope="module")
-def coco():
-    spec = importlib.util.spec_from_file_location("coco_to_pixfeed", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 COLOURS = {1: (220, 40, 40), 2: (40, 200, 40), 3: (40, 60, 220)}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_tree, sized
+from conftest import HOLD, held_image, make_tree, sized
 
 import pixfeed
 from pixfeed import registry
@@ -38,12 +38,18 @@ def cluster(tmp_path_factory):
     """A local Ray of 2 CPUs for the module; yields the folder of the test-only crash hook."""
     crash = tmp_path_factory.mktemp("crash")
     os.environ[CRASH_DIR_ENV] = str(crash)  # before ray.init: its workers inherit it
+    path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOLD), path]))  # every job's workers: the hold
     tests = str(Path(__file__).parent)  # functions of test modules (pack_samples' fn) import there
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))}})
     yield crash
     ray.shutdown()
     del os.environ[CRASH_DIR_ENV]
+    if path is None:
+        del os.environ["PYTHONPATH"]
+    else:
+        os.environ["PYTHONPATH"] = path
 
 
 @pytest.fixture(scope="module")
@@ -121,14 +127,13 @@ def test_cli_and_option_errors(cluster, src, tmp_path, capsys):
 
 def test_killed_driver_leaves_no_manifest(cluster, tmp_path):
     """The driver (a ``pixfeed pack`` joining this cluster) is killed while a task blocks in
-    a read of a FIFO: no dataset, no manifest anywhere, and the cluster keeps working."""
+    a read held by a FIFO (conftest.held_image): no dataset, no manifest anywhere, and the cluster keeps working."""
     src = make_tree(tmp_path / "src", per_class=2)
-    fifo = src / "eel" / "zz-fifo.jpg"
-    os.mkfifo(fifo)
+    _, fifo, env = held_image(src / "eel")  # Ray's workers read through the hold: HOLD is on their PYTHONPATH
     dst = tmp_path / "ds"
     cmd = [sys.executable, "-m", "pixfeed.cli", "pack", str(src), str(dst), "--executor", "ray",
            "--address", ray.get_runtime_context().gcs_address, "-q"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     fd = _open_when_read(fifo, proc)
     try:
         proc.send_signal(signal.SIGKILL)

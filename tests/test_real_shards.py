@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -254,18 +253,6 @@ def test_tar_gz_shards_from_a_bucket(tmp_path, s3_server, bucket):
 
 
 # --- 8: COCO crowds (RLE) and category names in examples/coco_to_pixfeed.py ----------------------------------------
-
-EXAMPLE = Path(__file__).parent.parent / "examples" / "coco_to_pixfeed.py"
-
-
-@pytest.fixture(scope="module")
-def coco():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("coco_to_pixfeed_rle", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def uncompressed_rle(mask: np.ndarray) -> dict:

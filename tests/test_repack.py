@@ -120,15 +120,15 @@ def test_a_repack_into_a_format_without_shapes_parses_nothing_it_checked_under_a
     stricter --max-pixels, a fuller check, or a source that records no limit parses them again."""
     import json
     from conftest import write_image
-    from pixfeed.image import jpeghead as _jpeghead
+    from pixfeed.image import decode as decode_module  # probed's header parse: decode.probe
     from pixfeed.packers import records
 
     src = make_tree(tmp_path / "src", per_class=3)
     write_image(src / "cat" / "big.jpg", size=(60, 50))  # 3000 pixels, the rest 16 x 16 or so
     pixfeed.pack(src, tmp_path / "old", "mmap", store="encoded", max_pixels=5000, workers=1)
     parsed = []
-    probe, check = _jpeghead.probe, records.check_encoded
-    monkeypatch.setattr(_jpeghead, "probe", lambda data: parsed.append(1) or probe(data))
+    probe, check = decode_module.probe, records.check_encoded
+    monkeypatch.setattr(decode_module, "probe", lambda data: parsed.append(1) or probe(data))
     monkeypatch.setattr(records, "check_encoded", lambda data, *a, **k: parsed.append(1) or check(data, *a, **k))
 
     pixfeed.pack(tmp_path / "old", tmp_path / "same", new, store="encoded", max_pixels=5000, workers=1)

@@ -28,12 +28,12 @@ when they have those attributes.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Dict, Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from pixfeed.console.warn import warn_caller
 from pixfeed.machine.cpus import available_cpus
 from pixfeed.storage.pagecache import Extents
 from pixfeed.errors import OptionError, require_int
@@ -119,7 +119,7 @@ class PixfeedLoader(DataLoader):
         warning = split_warning(self.sampler, self.distributed, world)
         if warning and not self._warned:
             self._warned = True
-            warnings.warn(f"pixfeed: {warning}", stacklevel=3)
+            warn_caller(f"pixfeed: {warning}")
         if isinstance(self.sampler, EpochSampler):
             self.sampler.use(world)
         elif isinstance(self.dataset, IterableDataset):
@@ -214,10 +214,9 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
         dataset.warn_shared_shards = False  # said here (or chosen by the plan), not again in a worker
     if shards is not None and workers > shards and num_workers != "auto":
         name = getattr(dataset, "path", type(dataset).__name__)
-        warnings.warn(f"pixfeed: {name}: each rank reads {shards} shard(s) with {workers} DataLoader workers, "
+        warn_caller(f"pixfeed: {name}: each rank reads {shards} shard(s) with {workers} DataLoader workers, "
                       f"so every worker reads them all and keeps 1 sample in {workers}; pack with a smaller "
-                      f"--shard-size to give each worker whole shards, or make the loader with num_workers={shards}",
-                      stacklevel=3)
+                      f"--shard-size to give each worker whole shards, or make the loader with num_workers={shards}")
     sample = sample_bytes(dataset, workers)
     batch_bytes = None if sample is None else sample * batch_size
     prefetch = take("prefetch_factor", rules.choose_prefetch(prefetch_factor, workers, batch_bytes))

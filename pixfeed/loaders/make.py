@@ -5,43 +5,35 @@ candidates built by ``loader.build_loader``; anything else is built directly.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional, Sequence
 
 import torch
 
 from pixfeed.loaders.device import check_output, device_loader
-from pixfeed.loaders import plan as rules
 from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.plan import Auto
 from pixfeed.loaders.tune import tuned_loader
-from pixfeed.machine.world import Distributed
 
 
 def make_loader(
     dataset: Any,
     batch_size: int,
     *,
-    shuffle: Optional[bool] = None,
-    drop_last: bool = False,
     num_workers: Auto = "auto",
-    pin_memory: Auto = "auto",
-    persistent_workers: Auto = "auto",
-    prefetch_factor: Auto = "auto",
-    read_ahead: Auto = "auto",
-    seed: Optional[int] = None,
-    distributed: Distributed = "auto",
-    stall_timeout: float = rules.STALL_TIMEOUT,
-    order: str = "auto",
-    io_ahead: Auto = "auto",
-    decode_threads: Auto = "auto",
-    training_threads: Auto = "auto",
     device: Any = None,
     dtype: torch.dtype = torch.uint8,
     mean: Optional[Sequence[float]] = None,
     std: Optional[Sequence[float]] = None,
     memory_format: torch.memory_format = torch.channels_last,
+    **options: Any,
 ) -> PixfeedLoader:
     """A DataLoader for ``dataset``; see ``loader.pixfeed_plan`` for what was chosen and why.
+
+    ``options`` are ``build_loader``'s (its signature is part of this one's: ``help(make_loader)``):
+    ``shuffle``, ``drop_last``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``,
+    ``read_ahead``, ``seed``, ``distributed``, ``stall_timeout``, ``order``, ``io_ahead``,
+    ``decode_threads`` and ``training_threads``.
 
     ``shuffle`` and ``seed`` (default True and 0) order a map-style dataset through the sampler.
     An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
@@ -50,8 +42,8 @@ def make_loader(
     consecutive records instead, for datasets larger than memory; the default ``"auto"`` is the full
     shuffle (``"random"``) except for a bucket dataset larger than its ``cache_limit``, read through
     chunks, which it reads quasi-randomly (the reason, with both orders' forecast bytes, in the plan);
-    ``io_ahead`` is the bytes of records requested from storage ahead of the reader (``cacheplan.py``).  ``decode_threads``
-    decodes each batch's images on that many threads where they are read (by default all usable
+    ``io_ahead`` is the bytes of records requested from storage ahead of the reader (``cacheplan.py``).
+    ``decode_threads`` decodes each batch's images on that many threads where they are read (by default all usable
     CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
     batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.
 
@@ -61,10 +53,9 @@ def make_loader(
     ``"cpu"``: batches come out there, images as ``dtype`` (uint8, or float32/bfloat16/float16 normalised
     by ``mean``/``std``, ImageNet's by default) in ``memory_format``; encoded images decode on the GPU and
     stored pixels are cropped there where that pays (``pixfeed.loaders.device``; the plan's ``decode_on``)."""
-    options = dict(shuffle=shuffle, drop_last=drop_last, pin_memory=pin_memory, persistent_workers=persistent_workers,
-                   prefetch_factor=prefetch_factor, read_ahead=read_ahead, seed=seed, distributed=distributed,
-                   stall_timeout=stall_timeout, order=order, io_ahead=io_ahead, decode_threads=decode_threads,
-                   training_threads=training_threads)
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"make_loader() got an unexpected keyword argument {unknown[0]!r}")
     check_output(device, dtype, mean, std, memory_format)
     if device is not None:
         return device_loader(dataset, batch_size, device=device, dtype=dtype, mean=mean, std=std,
@@ -72,3 +63,14 @@ def make_loader(
     if num_workers == "tune":
         return tuned_loader(dataset, batch_size, **options)
     return build_loader(dataset, batch_size, num_workers=num_workers, **options)
+
+
+def _signature() -> inspect.Signature:
+    """make_loader's own parameters with build_loader's keyword options in place of ``**options``."""
+    own = list(inspect.signature(make_loader).parameters.values())[:-1]
+    return inspect.signature(make_loader).replace(parameters=own + list(_OPTIONS.values()))
+
+
+_OPTIONS = {name: p for name, p in inspect.signature(build_loader).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "num_workers"}
+make_loader.__signature__ = _signature()

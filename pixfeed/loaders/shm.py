@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 import resource
 import shutil
-import warnings
 from typing import Dict, Optional, Tuple
 
 import torch.multiprocessing as mp
 
+from pixfeed.console.warn import warn_caller
 from pixfeed.errors import SharedMemoryError
 
 SHM_DIR = "/dev/shm"
@@ -88,7 +88,7 @@ def _warn_once(message: str) -> None:
     global _warned
     if not _warned:
         _warned = True
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+        warn_caller(message, RuntimeWarning)
 
 
 def choose_strategy(workers: int, prefetch: int) -> Tuple[str, str]:

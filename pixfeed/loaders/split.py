@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Any, Optional
 
 from torch.utils.data import DistributedSampler, IterableDataset, Sampler
 
+from pixfeed.console.warn import warn_caller
 from pixfeed.machine.world import Distributed, World
 
 
@@ -78,8 +78,8 @@ def split_iterable(dataset: IterableDataset, world: World) -> None:
     if hasattr(dataset, "rank") and hasattr(dataset, "world_size"):
         dataset.rank, dataset.world_size = world.rank, world.size
     elif world.size > 1:
-        warnings.warn(f"{type(dataset).__name__} has no rank/world_size attributes: unless it splits "
-                      "its data by rank itself, every rank will read every sample", RuntimeWarning, stacklevel=4)
+        warn_caller(f"{type(dataset).__name__} has no rank/world_size attributes: unless it splits "
+                      "its data by rank itself, every rank will read every sample", RuntimeWarning)
 
 
 def split_warning(sampler: Any, distributed: Distributed, world: World) -> str:

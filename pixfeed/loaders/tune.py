@@ -65,14 +65,20 @@ def worker_counts(cpus: int) -> List[int]:
     return sorted({max(1, cpus // 2), max(1, cpus - 1), cpus, 2 * cpus})
 
 
-def _epochs(loader: PixfeedLoader) -> Iterator[Any]:
+def epochs(loader: Any) -> Iterator[Any]:
+    """The loader's batches, epoch after epoch; it ends when an epoch gives none."""
     while True:
         empty = True
         for batch in loader:
             empty = False
             yield batch
         if empty:
-            raise OptionError("autotune: the loader yields no batches; use a smaller batch_size or drop_last=False")
+            return
+
+
+def _epochs(loader: PixfeedLoader) -> Iterator[Any]:
+    yield from epochs(loader)
+    raise OptionError("autotune: the loader yields no batches; use a smaller batch_size or drop_last=False")
 
 
 def _for_workers(options: dict, workers: int) -> dict:
