@@ -380,3 +380,13 @@ def test_one_bomb_limit_in_the_message(monkeypatch):
     with pytest.raises(ImageDecodeError) as e:
         open_image(out.getvalue(), "x.png", 5_000)
     assert "limit of 5000 pixels" in str(e.value) and "20000" not in str(e.value)
+
+
+# ---- leftovers: a path given where a dataset goes ----
+
+@pytest.mark.parametrize("given", ["path/to/ds", Path("path/to/ds"), b"path/to/ds"], ids=["str", "path", "bytes"])
+def test_make_loader_refuses_a_path(given):
+    from pixfeed import make_loader
+    from pixfeed.errors import OptionError
+    with deadline(10), pytest.raises(OptionError, match=r"open_dataset\('path/to/ds'\)"):
+        make_loader(given, 4, num_workers=0)

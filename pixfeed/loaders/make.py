@@ -6,10 +6,12 @@ candidates built by ``loader.build_loader``; anything else is built directly.
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Any, Optional, Sequence
 
 import torch
 
+from pixfeed.errors import OptionError
 from pixfeed.loaders.device import check_output, device_loader
 from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.plan import Auto
@@ -53,6 +55,10 @@ def make_loader(
     ``"cpu"``: batches come out there, images as ``dtype`` (uint8, or float32/bfloat16/float16 normalised
     by ``mean``/``std``, ImageNet's by default) in ``memory_format``; encoded images decode on the GPU and
     stored pixels are cropped there where that pays (``pixfeed.loaders.device``; the plan's ``decode_on``)."""
+    if isinstance(dataset, (str, bytes, os.PathLike)):  # a str is a sequence too: of characters
+        path = os.fsdecode(dataset)
+        raise OptionError(f"make_loader({path!r}, ...): give a dataset, not its path; open it first: "
+                          f"make_loader(pixfeed.open_dataset({path!r}), {batch_size!r})")
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise TypeError(f"make_loader() got an unexpected keyword argument {unknown[0]!r}")
