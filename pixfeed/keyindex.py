@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
+
+from .errors import CorruptDataError
+from .storage.bounded import MANIFEST_BYTES, check_size, open_regular, read_file
 
 OFFSETS, BLOB = "keys.offsets.npy", "keys.utf8"
 
@@ -38,23 +41,62 @@ def write(folder: Path, keys: Sequence[str]) -> dict:
 class KeyIndex:
     """The index named by the manifest's ``entry``, opened once (a dataset keeps one per process): the
     offsets mapped and the keys' file held open, so a lookup is a slice and a ``pread``.  Opening
-    both for every lookup cost 330 us a key."""
+    both for every lookup cost 330 us a key.  Neither file is read whole: a lookup reads one key's
+    bytes, after checking that the offsets name bytes the keys' file holds (a hostile index cannot
+    make it read past the file or allocate what the offsets claim); a FIFO or device is refused unread."""
 
     def __init__(self, folder: Path, entry: dict) -> None:
-        self.offsets = np.load(Path(folder) / entry["offsets"], mmap_mode="r")
-        self.blob = open(Path(folder) / entry["blob"], "rb", buffering=0)  # closed with the index
+        self.offsets = _offsets(Path(folder) / entry["offsets"])
+        self.where = Path(folder) / entry["blob"]
+        fd = open_regular(self.where)
+        self.size = os.fstat(fd).st_size
+        self.blob = os.fdopen(fd, "rb", buffering=0)  # closed with the index
 
     def __getitem__(self, i: int) -> str:
-        """Key ``i``; IndexError outside the records."""
+        """Key ``i``; IndexError outside the records, CorruptDataError where the offsets leave the file."""
         if not 0 <= i < len(self.offsets) - 1:
             raise IndexError(f"record {i} of {len(self.offsets) - 1}")
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        return os.pread(self.blob.fileno(), end - start, start).decode("utf-8")
+        if not 0 <= start <= end <= self.size:
+            raise CorruptDataError(f"{self.where}: the key index gives record {i} bytes {start} to {end} of a "
+                                   f"{self.size}-byte file; the index is damaged")
+        check_size(end - start, MANIFEST_BYTES, f"{self.where}: record {i}", "key")  # no more than keys.json holds
+        return _decode(os.pread(self.blob.fileno(), end - start, start), self.where, i)
 
 
-def read_all(folder: Path, entry: dict) -> List[str]:
-    """Every key, in record order (for tools that need them all: a repack, ``pixfeed info``)."""
-    offsets = np.load(Path(folder) / entry["offsets"], mmap_mode="r")
-    blob = (Path(folder) / entry["blob"]).read_bytes()
+def read_all(folder: Path, entry: dict, count: Optional[int] = None) -> List[str]:
+    """Every key, in record order (for tools that need them all: a repack, ``pixfeed info``): the keys'
+    file read within MANIFEST_BYTES (the limit of ``keys.json``, which holds the same keys and more), the
+    offsets checked to rise within it and, given ``count``, to number ``count + 1``."""
+    offsets = _offsets(Path(folder) / entry["offsets"])
+    where = Path(folder) / entry["blob"]
+    if count is not None and len(offsets) != count + 1:
+        raise CorruptDataError(f"{Path(folder) / entry['offsets']}: {len(offsets)} offsets for {count} records "
+                               f"({count + 1} expected); the key index is damaged")
+    blob = read_file(where, MANIFEST_BYTES, where, "keys file")
+    if offsets[0] != 0 or int(offsets[-1]) > len(blob) or (offsets[1:] < offsets[:-1]).any():
+        raise CorruptDataError(f"{where}: the key index's offsets do not rise from 0 within the file's {len(blob)} "
+                               "bytes; the index is damaged")
     bounds = offsets.tolist()
-    return [blob[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
+    return [_decode(blob[a:b], where, i) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+
+
+def _offsets(path: Path) -> np.ndarray:
+    """The mapped offsets: a 1-D array of unsigned integers, else CorruptDataError; a special file
+    SpecialFileError before numpy opens it (it would block on a FIFO)."""
+    os.close(open_regular(path))
+    try:
+        offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+        raise CorruptDataError(f"{path}: not a readable key index ({e})") from None
+    if offsets.ndim != 1 or offsets.dtype.kind != "u" or not len(offsets):
+        raise CorruptDataError(f"{path}: the key index is {offsets.dtype} {offsets.shape}, not unsigned offsets "
+                               "[count + 1]; the index is damaged")
+    return offsets
+
+
+def _decode(raw: bytes, where: Path, i: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptDataError(f"{where}: key of record {i} is not UTF-8 ({e}); the index is damaged") from None

@@ -390,3 +390,75 @@ def test_make_loader_refuses_a_path(given):
     from pixfeed.errors import OptionError
     with deadline(10), pytest.raises(OptionError, match=r"open_dataset\('path/to/ds'\)"):
         make_loader(given, 4, num_workers=0)
+
+
+# ---- leftovers: a dataset's key files ----
+
+def keyed_dataset(mmap_dataset, tmp_path, *, index: bool) -> tuple:
+    """(a copy of the packed dataset, its manifest path, a canary file beside it), with or without its key index."""
+    ds = tmp_path / "ds"
+    shutil.copytree(mmap_dataset, ds)
+    canary = tmp_path / "canary.txt"
+    canary.write_text("outside")
+    if not index:
+        m = json.loads((ds / "pixfeed.json").read_text())
+        m.pop("key_index")
+        (ds / "pixfeed.json").write_text(json.dumps(m))
+    return ds, canary
+
+
+def sparse(path: Path, size: int) -> None:
+    path.unlink()
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+@pytest.mark.parametrize("how", ["fifo", "over-limit", "not-a-list"])
+def test_keys_json_is_read_bounded(mmap_dataset, tmp_path, how):
+    from pixfeed import open_dataset
+    from pixfeed.errors import CorruptDataError, SpecialFileError
+    ds, canary = keyed_dataset(mmap_dataset, tmp_path, index=False)
+    keys = ds / "keys.json"
+    if how == "fifo":
+        keys.unlink()
+        os.mkfifo(keys)
+    elif how == "over-limit":
+        sparse(keys, bounded.MANIFEST_BYTES + 1)
+    else:
+        keys.write_text('{"a": 1}')
+    error = {"fifo": SpecialFileError, "over-limit": OverLimitError, "not-a-list": CorruptDataError}[how]
+    with deadline(10), pytest.raises(error, match="keys"):
+        open_dataset(ds).key(0)
+    assert canary.read_text() == "outside"
+
+
+@pytest.mark.parametrize("how", ["blob-fifo", "offsets-fifo", "offsets-past-the-file", "blob-over-limit",
+                                 "offsets-fall"])
+def test_the_key_index_is_read_bounded(mmap_dataset, tmp_path, how):
+    import numpy as np
+
+    from pixfeed import keyindex, open_dataset
+    from pixfeed.errors import CorruptDataError, SpecialFileError
+    ds, canary = keyed_dataset(mmap_dataset, tmp_path, index=True)
+    blob, offsets = ds / keyindex.BLOB, ds / keyindex.OFFSETS
+    n = len(np.load(offsets)) - 1
+    if how.endswith("fifo"):
+        path = blob if how == "blob-fifo" else offsets
+        path.unlink()
+        os.mkfifo(path)
+        error = SpecialFileError
+    elif how == "offsets-past-the-file":  # a key of 10**12 bytes: refused, not allocated
+        np.save(offsets, np.array([0] + [10 ** 12] * n, np.uint64))
+        error = CorruptDataError
+    elif how == "blob-over-limit":
+        sparse(blob, bounded.MANIFEST_BYTES + 1)
+        np.save(offsets, np.array([0] + [bounded.MANIFEST_BYTES + 1] * n, np.uint64))
+        error = OverLimitError
+    else:
+        np.save(offsets, np.array([0, 5] + [1] * (n - 1), np.uint64))
+        error = CorruptDataError
+    with deadline(10), pytest.raises(error):
+        [open_dataset(ds).key(i) for i in range(n)]
+    with deadline(10), pytest.raises(error):
+        open_dataset(ds).keys()
+    assert canary.read_text() == "outside"

@@ -35,7 +35,6 @@ per-process handles, checksum checks on read, and turning stored records into
 """
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from typing import Iterator, List, Optional, Sequence, Tuple
@@ -50,6 +49,8 @@ from ..image.geometry import center_slices, check_crop_ratio
 from ..image import pool as decodepool
 from .. import keyindex
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, Location, OptionError
+from ..storage.bounded import MANIFEST_BYTES, check_size, read_file
+from ..storage.bounded import loads as bounded_loads
 from ..storage.chunkcache import TIMEOUT
 from ..storage.chunked import open_remote
 from ..storage.chunkfile import ChunkFile
@@ -153,16 +154,32 @@ class ImageRecords(FieldValues):
                 self._keys = keyindex.KeyIndex(self.path, entry)
             return self._keys[i]
         if self._keys is None:
-            name = self.manifest["keys_file"]
-            text = self.remote.read(name) if self.remote is not None else (self.path / name).read_bytes()
-            self._keys = json.loads(text)
+            self._keys = self._read_keys()
         return self._keys[i]
+
+    def _read_keys(self) -> List[str]:
+        """``keys.json``'s list, read within MANIFEST_BYTES (a special file or a larger one is a named error
+        before anything is read: pixfeed.errors.SpecialFileError, OverLimitError), damage a CorruptDataError."""
+        name = self.manifest["keys_file"]
+        where = join(self.path, name)
+        if self.remote is not None:  # at most one byte past the limit is fetched
+            text = self.remote.read_range(name, 0, MANIFEST_BYTES + 1)
+            check_size(len(text), MANIFEST_BYTES, where, "keys file")
+        else:
+            text = read_file(self.path / name, MANIFEST_BYTES, where, "keys file")
+        try:
+            keys = bounded_loads(text, where)
+        except ValueError as e:
+            raise CorruptDataError(f"{where}: the keys file is not valid JSON ({e})") from None
+        if not isinstance(keys, list):
+            raise CorruptDataError(f"{where}: the keys file holds {type(keys).__name__}, not a list of keys")
+        return keys
 
     def keys(self) -> List[str]:
         """Every record's key, in record order: one read, for tools that need them all (a repack)."""
         entry = self.manifest.get("key_index")
         if entry and self.remote is None:
-            return keyindex.read_all(self.path, entry)
+            return keyindex.read_all(self.path, entry, self.manifest["count"])
         return [self.key(i) for i in range(len(self))]
 
     def lazy_extents(self, name: str, load, whole=()) -> Extents:

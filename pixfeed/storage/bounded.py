@@ -47,13 +47,9 @@ def read_file(path, limit: int, where: Optional[object] = None, what: str = "fil
     """The bytes of the regular file ``path`` (links followed), at most ``limit`` of them: a FIFO, device
     or socket raises SpecialFileError without blocking, a larger file OverLimitError, before any read;
     no more than the size ``fstat`` gave is read (a file that grows is cut there).  OSError as ``open``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = open_regular(path, where)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SpecialFileError(f"{where or path}: is {_kind(st.st_mode)}, not a regular file; only regular "
-                                   "files are read")
-        size = check_size(st.st_size, limit, where or path, what)
+        size = check_size(os.fstat(fd).st_size, limit, where or path, what)
         parts, offset = [], 0
         while offset < size:
             part = os.pread(fd, size - offset, offset)
@@ -64,6 +60,17 @@ def read_file(path, limit: int, where: Optional[object] = None, what: str = "fil
         return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(fd)
+
+
+def open_regular(path, where: Optional[object] = None) -> int:
+    """A read-only descriptor of the regular file ``path`` (links followed), opened without blocking: a
+    FIFO, device or socket raises SpecialFileError (the descriptor closed).  OSError as ``open``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SpecialFileError(f"{where or path}: is {_kind(mode)}, not a regular file; only regular files are read")
+    return fd
 
 
 def special_kind(path) -> Optional[str]:
