@@ -462,3 +462,38 @@ def test_the_key_index_is_read_bounded(mmap_dataset, tmp_path, how):
     with deadline(10), pytest.raises(error):
         open_dataset(ds).keys()
     assert canary.read_text() == "outside"
+
+
+# ---- leftovers: .tar.gz shards as plain ones; a bucket's shards as local ones ----
+
+def gz_shard(folder: Path, *parts: bytes) -> Path:
+    import gzip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "s-000000.tar.gz").write_bytes(gzip.compress(b"".join(parts) + bytes(1024)))
+    return folder
+
+
+@pytest.mark.parametrize("members,code,words", [
+    ([member(b"a.txt", b"", b"6")], 0, ["'a.txt', a FIFO"]),
+    ([member(b"a.txt", b"", b"2")], 0, ["'a.txt', a symbolic link"]),
+    ([member(b"a.txt", b"", b"1")], 0, ["'a.txt', a hard link"]),
+    ([member(b"a.txt", b"", b"3")], 0, ["'a.txt', a character device"]),
+    ([member(b"a.jpg", jpeg(1))], 2, ["a.jpg twice"]),
+    ([member(b"b.jpg", jpeg(1)), member(b"a.jpg", jpeg(2))], 2, ["a.jpg twice"]),
+    ([header(b"a.txt", b"-0000001000") + b"x" * 512], 2, ["negative size (-512)"]),
+    ([pax(b"a.txt", b"size", b"abc"), member(b"a.txt", b"hi")], 2, ["size='abc'"]),
+    ([header(b"a.txt", b"abc") + b"x" * 512], 2, ["not valid"]),
+], ids=["fifo", "symlink", "hardlink", "device", "twice", "twice-apart", "negative", "pax-abc", "ustar-abc"])
+@pytest.mark.parametrize("gz", [False, True], ids=["tar", "tar.gz"])
+def test_gz_shards_give_the_errors_and_notes_of_plain_ones(tmp_path, capsys, members, code, words, gz):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("outside")
+    src = (gz_shard if gz else shard)(tmp_path / "src", member(b"a.jpg", jpeg()), *members, member(b"c.jpg", jpeg(3)))
+    got, _, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q")
+    assert got == code, err
+    if code:
+        assert err.count("\n") == 1 and "s-000000.tar" in err and all(w in err for w in words), err
+    else:
+        notes = json.loads((tmp_path / "dst" / "pixfeed.json").read_text())["notes"]
+        assert any(all(w in n for w in words) for n in notes), notes
+    assert canary.read_text() == "outside"

@@ -38,29 +38,75 @@ def members(f: BinaryIO, where: Optional[str] = None, dropped: Optional[list] = 
         found, last = [], -1
         if dropped is not None:
             del dropped[:]
-        with tarfile.open(fileobj=f, mode="r:") as tar:
-            for info in _checked(tar, where):
-                if info.size < 0 or info.offset <= last:
-                    raise DamagedTarError(f"{where}: member {info.name!r} at byte {info.offset}: its size "
-                                          f"{info.size} is negative or its header does not move on; the tar is "
-                                          "damaged or made to hang readers")
+        with open_tar(f, "r:", where) as tar:
+            for info in checked(tar, where):
+                if info.offset <= last:
+                    raise DamagedTarError(f"{where}: member {info.name!r} at byte {info.offset}: its header does "
+                                          "not move on; the tar is damaged or made to hang readers")
                 last = info.offset
                 if info.isfile():
                     found.append((info.name, info.offset_data, info.size))
                 elif dropped is not None and not info.isdir():
-                    dropped.append((info.name, _KIND_NAMES.get(info.type, f"type {info.type!r}")))
+                    dropped.append((info.name, kind_name(info)))
     return found
 
 
-def _checked(tar: tarfile.TarFile, where: str) -> Iterator[tarfile.TarInfo]:
-    """``tar``'s members; a header tarfile cannot take as numbers (a PAX ``size=abc``) a DamagedTarError."""
+def open_tar(f: BinaryIO, mode: str, where: str) -> tarfile.TarFile:
+    """``tarfile.open(fileobj=f, mode=mode)``, but a header that is not valid after the first (a size or
+    other number field that is not octal, a bad checksum) is a DamagedTarError naming ``where`` and the
+    byte: tarfile takes it as the end of the tar, silently leaving out every member after it."""
+    class Info(tarfile.TarInfo):
+        @classmethod
+        def fromtarfile(cls, tar):
+            try:
+                return super().fromtarfile(tar)
+            except tarfile.InvalidHeaderError as e:
+                if tar.offset == 0:
+                    raise  # not a tar at all: tarfile's ReadError
+                raise DamagedTarError(f"{where}: the tar header at byte {tar.offset} is not valid ({e}: a number "
+                                      "field that is not octal, or a bad checksum); the tar is damaged") from None
+    return tarfile.open(fileobj=f, mode=mode, tarinfo=Info)
+
+
+def checked(tar: tarfile.TarFile, where: str) -> Iterator[tarfile.TarInfo]:
+    """``tar``'s members, each header checked as the walk of a plain shard checks it: a field tarfile cannot
+    take as a number, a negative size (tarfile steps back and reads it again, for ever) and a PAX size
+    that is not a non-negative number (tarfile takes it as 0) raise DamagedTarError."""
     try:
-        yield from tar
-    except DamagedTarError:
+        for info in tar:
+            size = info.pax_headers.get("size")
+            if size is not None and not (size.isascii() and size.isdigit()):
+                raise DamagedTarError(f"{where}: the PAX header of member {info.name!r} gives size={size[:40]!r}, "
+                                      "not a non-negative number; the tar is damaged or made to hang readers")
+            if info.size < 0:
+                raise DamagedTarError(f"{where}: the tar header of member {info.name!r} at byte {info.offset} gives "
+                                      f"a negative size ({info.size}); the tar is damaged or made to hang readers")
+            yield info
+    except DamagedTarError:  # a ValueError too
         raise
     except (ValueError, OverflowError) as e:
         raise DamagedTarError(f"{where}: a tar header holds a field that is not a number ({e}); the tar is "
                               "damaged") from None
+
+
+def stream(f: BinaryIO, where: str, mode: str = "r|", dropped: Optional[list] = None
+           ) -> Iterator[Tuple[tarfile.TarInfo, tarfile.TarFile]]:
+    """The regular-file members of the tar stream ``f``, read front to back (tarfile's ``mode``: ``r|``,
+    ``r|gz``, ``r|*``): (info, tar), the member's data readable by ``tar.extractfile(info)`` until the next
+    one; headers checked as ``checked`` checks them, and ``dropped`` given the (name, kind) of links, FIFOs
+    and devices (never read), as ``members`` gives them for a shard it seeks in."""
+    with open_tar(f, mode, where) as tar:
+        for info in checked(tar, where):
+            if info.isfile():
+                yield info, tar
+            elif dropped is not None and not info.isdir():
+                dropped.append((info.name, kind_name(info)))
+            tar.members = []  # a stream's headers are not looked at again: not kept, one per member
+
+
+def kind_name(info: tarfile.TarInfo) -> str:
+    """What a member that is not a regular file is, in words ("a FIFO", "a symbolic link", ...)."""
+    return _KIND_NAMES.get(info.type, f"type {info.type!r}")
 
 
 _KIND_NAMES = {tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link", tarfile.FIFOTYPE: "a FIFO",

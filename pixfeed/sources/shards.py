@@ -331,13 +331,8 @@ def _gz_samples(root, name: str, data: Optional[bytes], dropped: Optional[list] 
     read, so a gzip bomb or a lying header costs no more memory than a plain shard's member."""
     where = f"{root}/{name}" if data is not None else str(root / name)
     key, group = None, {}
-    with io.BytesIO(data) if data is not None else open(root / name, "rb") as raw, \
-            tarfile.open(fileobj=raw, mode="r|gz") as tar:
-        for info in tar:
-            if not info.isfile():
-                if dropped is not None and not info.isdir():
-                    dropped.append((info.name, "a link" if info.issym() or info.islnk() else "not a regular file"))
-                continue
+    with io.BytesIO(data) if data is not None else open(root / name, "rb") as raw:
+        for info, tar in _tarwalk.stream(raw, where, "r|gz", dropped):
             folder, _, base = info.name.rpartition("/")
             stem, dot, ext = base.partition(".")
             if not dot:
