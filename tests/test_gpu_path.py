@@ -355,6 +355,18 @@ def test_device_cpu_gives_the_default_paths_batches(packs):
         assert torch.equal(a, b) and torch.equal(la, lb)
 
 
+def test_crop_resize_batch_ignores_the_callers_autocast():
+    """Called in a training step under bf16 autocast, the two matmuls must stay float32: bf16 keeps 8 bits
+    of mantissa, so pixels near 255 would come out several levels off."""
+    h, w = 72, 96
+    images = torch.from_numpy(np.stack([photo(h, w, s) for s in range(4)])).permute(0, 3, 1, 2)
+    plans = [geometry.plan(w, h, SIZE, "crop", "random", np.random.default_rng(s)) for s in range(4)]
+    plain = gpu.crop_resize_batch(images, plans, SIZE)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = gpu.crop_resize_batch(images, plans, SIZE)
+    assert autocast.dtype == torch.uint8 and torch.equal(autocast, plain)
+
+
 @pytest.mark.skipif(CUDA, reason="checks the error raised without CUDA")
 @pytest.mark.parametrize("device", ["cuda", "cuda:1", torch.device("cuda", 0)])
 def test_cuda_without_cuda_names_cuda(packs, device):

@@ -434,9 +434,10 @@ def crop_resize_batch(images: torch.Tensor, plans: Sequence[Plan], size: Size) -
         return torch.empty((0, 3, H, W), dtype=torch.uint8, device=images.device, memory_format=torch.channels_last)
     rows = resample_weights(plans, size, (w, h), 0, images.device)  # N x H x h
     cols = resample_weights(plans, size, (w, h), 1, images.device)  # N x W x w
-    x = images.float()
-    x = torch.matmul(x, cols.transpose(1, 2).unsqueeze(1))  # N x 3 x h x W
-    x = torch.matmul(rows.unsqueeze(1), x)  # N x 3 x H x W
+    with torch.autocast(images.device.type, enabled=False):  # a caller's bf16/fp16 autocast: still float32
+        x = images.float()
+        x = torch.matmul(x, cols.transpose(1, 2).unsqueeze(1))  # N x 3 x h x W
+        x = torch.matmul(rows.unsqueeze(1), x)  # N x 3 x H x W
     out = torch.empty((n, 3, H, W), dtype=torch.uint8, device=images.device, memory_format=torch.channels_last)
     out.copy_(x.round_().clamp_(0, 255))
     return out
