@@ -497,3 +497,20 @@ def test_gz_shards_give_the_errors_and_notes_of_plain_ones(tmp_path, capsys, mem
         notes = json.loads((tmp_path / "dst" / "pixfeed.json").read_text())["notes"]
         assert any(all(w in n for w in words) for n in notes), notes
     assert canary.read_text() == "outside"
+
+
+@pytest.mark.parametrize("size", [b"-0000001000", b"abc"], ids=["negative", "not-a-number"])
+def test_a_bad_header_in_a_bucket_shard_ends_in_a_named_error(wds_dataset, bucket, s3_server, tmp_path, size):
+    """A bucket's wds shards are streamed (not walked as local ones are): the same header checks hold."""
+    from pixfeed import open_dataset
+    from pixfeed.storage.store import Store
+    so, url = s3_server.options, f"{bucket}/ds"
+    store = Store(url, so)
+    for path in wds_dataset.iterdir():
+        data = path.read_bytes()
+        if path.suffix == ".tar":
+            second = tarfile.open(fileobj=io.BytesIO(data)).getmembers()[1].offset
+            data = data[:second] + header(b"0001.json", size) + data[second + 512:]
+        store.write(path.name, data)
+    with deadline(30), pytest.raises(DamagedTarError, match="negative" if size.startswith(b"-") else "not valid"):
+        list(open_dataset(url, checksums=False, shuffle=False, storage_options=so, cache_dir=tmp_path / "cache"))

@@ -45,7 +45,8 @@ exists, its xxh3_64 matches the ``.json`` (unless ``checksums=False``), the
 ``.json`` index matches the sample's place, and each shard holds its manifest
 count.  Local shards are read by a walk of their tar headers
 (``pixfeed.sources._tarwalk``; ``_walk`` groups members as webdataset does),
-URLs with webdataset's tar iterators; webdataset's decoders are never used,
+URLs streamed through tarfile, headers checked as the walk checks them
+(``_tarwalk.stream``) and grouped by webdataset's ``group_by_keys``; webdataset's decoders are never used,
 bytes become pixels only in ``pixfeed.image.decode``.
 
 A URL dataset (``s3://...``) is streamed: each shard is read front to back
@@ -68,7 +69,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from webdataset import shuffle as buffer_shuffle
-from webdataset.tariterators import group_by_keys, tar_file_expander
+from webdataset.tariterators import group_by_keys
 
 from ..errors import CorruptDataError, DatasetError, Location, OptionError, PixfeedError, StorageError
 from ..fields.members import from_member
@@ -273,7 +274,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         n, key = 0, None
         try:
             with stream as f:
-                samples = group_by_keys(tar_file_expander([{"url": str(path), "stream": f}])) \
+                samples = group_by_keys(_stream_files(f, str(path))) \
                     if self.remote is not None else _walk(f, wanted, sized)
                 for sample in samples:
                     key = sample["__key__"]
@@ -356,6 +357,18 @@ def _walk(f, wanted, sized=()) -> Iterator[dict]:
             check_size(size, IMAGE_BYTES, f"{getattr(f, 'name', 'shard')}: member {key}.{ext}")
             sample[ext] = (offset, size) if ext in sized else read(size, offset)
         yield sample
+
+
+def _stream_files(f, where: str) -> Iterator[dict]:
+    """A streamed shard's members as webdataset's ``tar_file_expander`` gives them to ``group_by_keys``
+    (meta members skipped), each header checked as a local shard's walk checks it (``_tarwalk.stream``:
+    webdataset's reader has no check of a negative or non-octal size, nor a bound on what a member may ask
+    for) and each member read within IMAGE_BYTES."""
+    for info, tar in _tarwalk.stream(f, where, "r|*"):
+        if _META.match(info.name):
+            continue
+        check_size(info.size, IMAGE_BYTES, f"{where}: member {info.name}")
+        yield {"fname": info.name, "data": tar.extractfile(info).read(), "__url__": where}
 
 
 def _close(files: dict) -> dict:
