@@ -19,7 +19,7 @@ from pixfeed.image.decode import decode, oriented_size
 from pixfeed.image.pillow import apply_plan
 from pixfeed.loaders import make_loader
 from pixfeed.loaders import plan as rules
-from pixfeed.loaders.device import DeviceRecords, device_loader
+from pixfeed.loaders.device import DeviceRecords, DeviceStage, device_loader
 from pixfeed.packers import pack
 from pixfeed.sample import make_sample
 
@@ -353,6 +353,30 @@ def test_device_cpu_gives_the_default_paths_batches(packs):
     assert "decode_on" not in str(default.pixfeed_plan)
     for (a, la), (b, lb) in zip(default, on_cpu):
         assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_the_stage_makes_one_batch_at_a_time(monkeypatch):
+    """An epoch left early may still be making a batch in its reader thread when the next epoch's reader
+    starts: the two must not run the stage at once (on CUDA they would share a pinned slot, the side
+    stream and its event)."""
+    import threading
+    import time
+    stage = DeviceStage(CPU, None, SIZE, torch.uint8, None, None, torch.channels_last)
+    inside, most = [0], [0]
+
+    def slow(batch):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        inside[0] -= 1
+        return batch
+    monkeypatch.setattr(stage, "_make", slow)
+    threads = [threading.Thread(target=stage.make, args=(torch.zeros(1),)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
 
 
 def test_crop_resize_batch_ignores_the_callers_autocast():

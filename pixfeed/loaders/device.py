@@ -38,6 +38,7 @@ asked for without a usable CUDA device raises OptionError.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -178,6 +179,8 @@ class DeviceStage:
         self._decoder: Optional[gpu.BatchDecoder] = None
         self._stream: Any = None
         self._pinned = _Pinned() if device.type == "cuda" else None
+        self._lock = threading.Lock()  # one make at a time: an epoch left early may still be making one in its
+        # reader thread when the next epoch's starts, and the two could take the same pinned slot
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         if not self.threaded:
@@ -192,13 +195,16 @@ class DeviceStage:
 
     def make(self, batch: Any) -> Tuple[Any, Any]:
         """(the batch on the device, the event the consumer waits on or None)."""
-        if self.device.type != "cuda":
-            return self._make(batch), None
-        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            out = self._make(batch)
-            event = torch.cuda.Event()
-            event.record(self.stream)
-        return out, event
+        with self._lock:
+            if self.device.type != "cuda":
+                return self._make(batch), None
+            with torch.cuda.device(self.device):
+                stream = self.stream  # the event goes on the stream the work went on
+                with torch.cuda.stream(stream):
+                    out = self._make(batch)
+                    event = torch.cuda.Event()
+                    event.record(stream)
+            return out, event
 
     def _make(self, batch: Any) -> Any:
         if isinstance(batch, Encoded):
