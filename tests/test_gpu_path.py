@@ -19,6 +19,7 @@ from pixfeed.image.decode import decode, oriented_size
 from pixfeed.image.pillow import apply_plan
 from pixfeed.loaders import make_loader
 from pixfeed.loaders import plan as rules
+from pixfeed.loaders import device as devicemod
 from pixfeed.loaders.device import DeviceRecords, DeviceStage, device_loader
 from pixfeed.packers import pack
 from pixfeed.sample import make_sample
@@ -377,6 +378,20 @@ def test_the_stage_makes_one_batch_at_a_time(monkeypatch):
     for t in threads:
         t.join()
     assert most[0] == 1
+
+
+def test_cuda_is_cuda_local_rank_under_torchrun_before_the_process_group(monkeypatch):
+    """torchrun sets LOCAL_RANK; a loader made before init_process_group (the world still one process)
+    must still feed this rank's GPU, not cuda:0; a LOCAL_RANK past the visible devices (one GPU made
+    visible per process) leaves the current device."""
+    from pixfeed.machine.world import World
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    assert devicemod.local_rank(World()) == 2 and devicemod.local_rank(World(2, 8)) == 2
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    assert devicemod.local_rank(World(5, 8)) is None
+    monkeypatch.delenv("LOCAL_RANK")
+    assert devicemod.local_rank(World(1, 2)) is None
 
 
 def test_crop_resize_batch_ignores_the_callers_autocast():

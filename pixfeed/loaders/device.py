@@ -290,9 +290,15 @@ class DeviceFeed(Iterator[Any]):
 
 
 def local_rank(world: World) -> Optional[int]:
-    """This process's CUDA device index under torchrun (``LOCAL_RANK``), None when not distributed."""
+    """This process's CUDA device index under torchrun (``LOCAL_RANK``), None when not launched so.  Read
+    whatever ``world`` says: a loader made before ``init_process_group`` sees one process, yet its rank
+    trains on cuda:LOCAL_RANK.  None too when that index is past the visible devices (a launcher that shows
+    each process only its own GPU): the current device is then the one."""
     value = os.environ.get("LOCAL_RANK")
-    return int(value) if world.size > 1 and value is not None and value.isdigit() else None
+    if value is None or not value.isdigit():
+        return None
+    index = int(value)
+    return index if index < torch.cuda.device_count() else None
 
 
 def check_output(device: Any, dtype: Any, mean: Any, std: Any, memory_format: Any):
