@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 
 import numpy as np
 import pytest
@@ -17,9 +18,9 @@ from pixfeed.errors import OptionError
 from pixfeed.image import fast, geometry, gpu, region
 from pixfeed.image.decode import decode, oriented_size
 from pixfeed.image.pillow import apply_plan
+from pixfeed.loaders import device as devicemod
 from pixfeed.loaders import make_loader
 from pixfeed.loaders import plan as rules
-from pixfeed.loaders import device as devicemod
 from pixfeed.loaders.device import DeviceRecords, DeviceStage, device_loader
 from pixfeed.packers import pack
 from pixfeed.sample import make_sample
@@ -361,7 +362,6 @@ def test_the_stage_makes_one_batch_at_a_time(monkeypatch):
     starts: the two must not run the stage at once (on CUDA they would share a pinned slot, the side
     stream and its event)."""
     import threading
-    import time
     stage = DeviceStage(CPU, None, SIZE, torch.uint8, None, None, torch.channels_last)
     inside, most = [0], [0]
 
@@ -466,8 +466,8 @@ def test_cuda_loader_same_labels_and_flat_memory(packs, store, crop):
     ds = open_dataset(packs / store, size=SIZE, crop=crop)
     loader = make_loader(ds, 8, seed=3, device="cuda", dtype=torch.float16)
     reference = list(make_loader(ds, 8, seed=3))
-    peaks = []
-    for epoch in range(3):
+    peaks, free = [], []
+    for epoch in range(4):
         torch.cuda.reset_peak_memory_stats()
         for (images, labels), (ref, ref_labels) in zip(loader, reference if epoch == 0 else [(None, None)] * 99):
             assert images.is_cuda and images.dtype == torch.float16
@@ -475,4 +475,66 @@ def test_cuda_loader_same_labels_and_flat_memory(packs, store, crop):
                 assert torch.equal(labels.cpu(), ref_labels)
         torch.cuda.synchronize()
         peaks.append(torch.cuda.max_memory_allocated())
+        time.sleep(0.5)  # the epoch's reader thread ends, and its nvImageCodec decoder with it
+        free.append(torch.cuda.mem_get_info()[0])  # the whole device: nvImageCodec's memory is not torch's
     assert peaks[2] <= peaks[1] * 1.05
+    assert free[3] >= free[1] - (64 << 20), free  # no decoder or buffers left behind per epoch
+
+
+def _cuda_batches(loader, busy_cycles: int = 0):
+    """Each batch cloned on the training stream, as a step would read it, then dropped; ``busy_cycles``: the
+    step still busy (a sleep kernel queued first), so the clone runs long after the batch was handed over."""
+    out = []
+    for images, labels in loader:
+        if busy_cycles:
+            torch.cuda._sleep(busy_cycles)
+        out.append((images.clone(), labels.clone()))
+        del images, labels
+    torch.cuda.synchronize()
+    return [(a.cpu(), b.cpu()) for a, b in out]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("store", ["enc", "pix"])
+def test_cuda_feed_streams_events_and_pinned_ring(packs, monkeypatch, store):
+    """The side stream made slow (a sleep kernel before every batch) and the training stream slower: the
+    training stream must wait on each batch's event (else it reads unfinished pixels); a batch it dropped
+    while its kernels still read it must not be handed to a later batch (record_stream); stored pixels go
+    through one pinned slot, which must not be refilled while its copy waits behind the sleep.  The batches
+    must be those of an unhurried run."""
+    if store == "enc" and not gpu.available("cuda")[0]:
+        pytest.skip(gpu.available("cuda")[1])
+    ds = open_dataset(packs / store, size=SIZE, crop="random")
+    reference = _cuda_batches(device_loader(ds, 2, device="cuda", decode_on="device", seed=3))
+    loader = device_loader(ds, 2, device="cuda", decode_on="device", seed=3)
+    stage = loader.pixfeed_device
+    stage._pinned = devicemod._Pinned(slots=1)
+    real = stage._make
+    slow = 20_000_000  # about 10 ms of a GPU's clock
+    monkeypatch.setattr(stage, "_make", lambda batch: (torch.cuda._sleep(slow), real(batch))[1])
+    got = _cuda_batches(loader, busy_cycles=4 * slow)
+    assert len(got) == len(reference) == math.ceil(len(ds) / 2)
+    for (a, la), (b, lb) in zip(got, reference):
+        assert torch.equal(la, lb)
+        assert (a.int() - b.int()).abs().max() <= 1  # cuBLAS may round a pixel the other way; garbage is far off
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_decoder_on_a_side_stream(records):
+    """nvImageCodec decodes on the caller's current stream (cuda_stream=), so kernels queued on that stream
+    after a slow one see its pixels, and the default stream gets them after wait_stream."""
+    if not gpu.available("cuda")[0]:
+        pytest.skip(gpu.available("cuda")[1])
+    plans = plans_for(records, "random")
+    decoder = gpu.BatchDecoder("cuda")
+    plain = decoder.decode(records, plans, SIZE)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        out = decoder.decode(records, plans, SIZE)
+    torch.cuda.current_stream().wait_stream(side)
+    out.record_stream(torch.cuda.current_stream())
+    assert torch.equal(out.cpu(), plain.cpu())
