@@ -514,3 +514,26 @@ def test_a_bad_header_in_a_bucket_shard_ends_in_a_named_error(wds_dataset, bucke
         store.write(path.name, data)
     with deadline(30), pytest.raises(DamagedTarError, match="negative" if size.startswith(b"-") else "not valid"):
         list(open_dataset(url, checksums=False, shuffle=False, storage_options=so, cache_dir=tmp_path / "cache"))
+
+
+# ---- leftovers: one bad header late in a shard ----
+
+@pytest.mark.parametrize("bad", [header(b"x.txt", b"-0000001000") + b"x" * 512, header(b"x.txt", b"abc") + b"x" * 512,
+                                 pax(b"x.txt", b"size", b"abc") + member(b"x.txt", b"hi")],
+                         ids=["negative", "not-a-number", "pax-abc"])
+@pytest.mark.parametrize("gz", [False, True], ids=["tar", "tar.gz"])
+def test_skip_keeps_the_samples_before_a_damaged_header(tmp_path, capsys, bad, gz):
+    good = [member(b"%s.%s" % (k, e), jpeg(i) if e == b"jpg" else b"%d" % i)
+            for i, k in enumerate([b"a", b"b", b"c"]) for e in (b"jpg", b"cls")]
+    src = (gz_shard if gz else shard)(tmp_path / "src", *good, bad, member(b"d.jpg", jpeg(4)), member(b"d.cls", b"1"))
+    code, _, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q")
+    assert code == 2 and "s-000000.tar" in err and "byte" in err, err
+    code, _, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q", "--on-error", "skip")
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "dst" / "pixfeed.json").read_text())
+    keys = json.loads((tmp_path / "dst" / "keys.json").read_text())
+    # a and b kept; c, whose members might go on past the damage, and d after it, left out with the reason
+    assert sorted(keys) == ["a", "b"], keys
+    (entry,) = manifest["skipped"]
+    assert "s-000000.tar" in entry["path"] and f"byte {len(b''.join(good))}" in entry["reason"], entry
+    assert "the rest of the shard is left out" in entry["reason"], entry

@@ -31,9 +31,21 @@ def members(f: BinaryIO, where: Optional[str] = None, dropped: Optional[list] = 
     DamagedTarError (tarfile, and a walk trusting it, would step back and loop for ever).  ``dropped``,
     when given, gets the name and kind of every member that is neither a file nor a folder (links,
     FIFOs, devices: never read)."""
+    found, damage = walk(f, where, dropped)
+    if damage is not None:
+        raise damage
+    return found
+
+
+def walk(f: BinaryIO, where: Optional[str] = None, dropped: Optional[list] = None
+         ) -> Tuple[List[Member], Optional[DamagedTarError]]:
+    """(``members``, None), or where a damaged header stops the walk (DamagedTarError, naming the byte):
+    (the members before it, that error)."""
     where = where or getattr(f, "name", None) or "tar shard"
-    found = _plain(f, where)
-    if found is None:
+    found: List[Member] = []
+    try:
+        if _plain(f, where, found) is not None:
+            return found, None
         f.seek(0)
         found, last = [], -1
         if dropped is not None:
@@ -48,7 +60,9 @@ def members(f: BinaryIO, where: Optional[str] = None, dropped: Optional[list] = 
                     found.append((info.name, info.offset_data, info.size))
                 elif dropped is not None and not info.isdir():
                     dropped.append((info.name, kind_name(info)))
-    return found
+    except DamagedTarError as e:
+        return found, e
+    return found, None
 
 
 def open_tar(f: BinaryIO, mode: str, where: str) -> tarfile.TarFile:
@@ -76,8 +90,9 @@ def checked(tar: tarfile.TarFile, where: str) -> Iterator[tarfile.TarInfo]:
         for info in tar:
             size = info.pax_headers.get("size")
             if size is not None and not (size.isascii() and size.isdigit()):
-                raise DamagedTarError(f"{where}: the PAX header of member {info.name!r} gives size={size[:40]!r}, "
-                                      "not a non-negative number; the tar is damaged or made to hang readers")
+                raise DamagedTarError(f"{where}: the PAX header of member {info.name!r} at byte {info.offset} gives "
+                                      f"size={size[:40]!r}, not a non-negative number; the tar is damaged or made "
+                                      "to hang readers")
             if info.size < 0:
                 raise DamagedTarError(f"{where}: the tar header of member {info.name!r} at byte {info.offset} gives "
                                       f"a negative size ({info.size}); the tar is damaged or made to hang readers")
@@ -120,10 +135,12 @@ def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None, where: 
     its base name (its folder kept), the extension the rest; names without that dot, and those
     ``skip(name)`` is true for, are left out.  ``f`` may be read between samples.  Raises
     tarfile.ReadError where the shard ends inside a member or without tar's end-of-archive blocks,
-    DamagedTarError for a header no reader can walk (``members``)."""
+    DamagedTarError for a header no reader can walk (``walk``), after the samples before it (but the last
+    of those, whose members may go on past the damage)."""
     total = f.seek(0, os.SEEK_END)
     key, group, end = None, [], 0
-    for name, offset, size in members(f, where, dropped):
+    found, damage = walk(f, where, dropped)
+    for name, offset, size in found:
         end = offset + -(-size // BLOCK) * BLOCK
         if offset + size > total:
             raise tarfile.ReadError(f"the shard ends inside member {name}")
@@ -137,16 +154,19 @@ def samples(f: BinaryIO, skip: Optional[Callable[[str], object]] = None, where: 
             group = []
         key = this
         group.append((ext, offset, size))
+    if damage is not None:  # the samples before the damaged header stand; the last may lack members after it
+        raise damage
     if end and end + 2 * BLOCK > total:  # no end-of-archive blocks: cut short between members
         raise tarfile.ReadError("the shard ends without tar's end-of-archive blocks")
     if group:
         yield key, group
 
 
-def _plain(f: BinaryIO, where: str = "tar shard") -> Optional[List[Member]]:
-    """The members, or None where a header needs ``tarfile``; DamagedTarError for a negative size or a PAX
-    size that is not a number."""
-    found, pos, pax = [], 0, {}
+def _plain(f: BinaryIO, where: str = "tar shard", found: Optional[List[Member]] = None) -> Optional[List[Member]]:
+    """The members (added to ``found`` as they come), or None where a header needs ``tarfile``;
+    DamagedTarError for a negative size or a PAX size that is not a number (``found`` holds those before)."""
+    found = [] if found is None else found
+    pos, pax = 0, {}
     read = reader(f)
     while True:
         head = read(BLOCK, pos)
@@ -163,7 +183,7 @@ def _plain(f: BinaryIO, where: str = "tar shard") -> Optional[List[Member]]:
             raise DamagedTarError(f"{where}: the tar header at byte {pos} gives a negative size ({size}); the tar "
                                   "is damaged or made to hang readers")
         if kind == _PAX:  # one member's PAX records (webdataset's ShardWriter writes them for every member)
-            pax = _pax(read(size, pos + BLOCK))
+            pax, pax_at = _pax(read(size, pos + BLOCK)), pos
             if pax is None:
                 return None
         else:
@@ -173,7 +193,7 @@ def _plain(f: BinaryIO, where: str = "tar shard") -> Optional[List[Member]]:
             if "size" in pax:
                 size = pax["size"]
                 if not (size.isascii() and size.isdigit()):
-                    raise DamagedTarError(f"{where}: the PAX header before byte {pos} gives size={size[:40]!r}, not "
+                    raise DamagedTarError(f"{where}: the PAX header at byte {pax_at} gives size={size[:40]!r}, not "
                                           "a non-negative number; the tar is damaged or made to hang readers")
                 size = int(size)
             if kind in _FILE:
