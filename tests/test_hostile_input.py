@@ -537,3 +537,27 @@ def test_skip_keeps_the_samples_before_a_damaged_header(tmp_path, capsys, bad, g
     (entry,) = manifest["skipped"]
     assert "s-000000.tar" in entry["path"] and f"byte {len(b''.join(good))}" in entry["reason"], entry
     assert "the rest of the shard is left out" in entry["reason"], entry
+
+
+# ---- leftovers: Parquet read a row group at a time ----
+
+def test_parquet_is_read_a_row_group_at_a_time_with_every_row_in_order():
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from pixfeed.sources.tables import read_table
+    image = pa.StructArray.from_arrays([pa.array([jpeg(i) for i in range(5)], pa.binary()),
+                                        pa.array([f"{i}.jpg" for i in range(5)])], ["bytes", "path"])
+    table = pa.table({"image": image, "label": [0, 1, None, 1, 0], "note": ["a", None, "c", "d", "e"]})
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=2)
+    assert pq.ParquetFile(io.BytesIO(out.getvalue())).num_row_groups == 3
+    with deadline(10):
+        columns, rows, is_text = read_table(Path("i.parquet"), out.getvalue())
+    assert columns == {name: table.column(name).to_pylist() for name in table.column_names}
+    assert rows == [f"row {i}" for i in range(5)] and not is_text
+    empty = io.BytesIO()
+    pq.write_table(table.slice(0, 0), empty)
+    columns, rows, _ = read_table(Path("e.parquet"), empty.getvalue())
+    assert rows == [] and list(columns) == ["image", "label", "note"]
+    with pytest.raises(PixfeedError, match="not a readable Parquet"):
+        read_table(Path("b.parquet"), out.getvalue()[:-100])
