@@ -67,6 +67,9 @@ class ImageRecords(FieldValues):
     format = ""
 
     streams = False  # True: reads data files sequentially from a URL; False: stages them to the local cache
+    # True: with checksums on, every byte taken from the data file is checked (records by their xxh3_64, headers
+    # against the manifest), so a chunk cache of any chunk_bytes needs no per-chunk hashes (pixfeed.storage.chunked)
+    checks_data_file = False
 
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
                  checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
@@ -81,7 +84,8 @@ class ImageRecords(FieldValues):
         self.chunks = None  # a ChunkCache when the data file is read through chunks (pixfeed.storage.chunked)
         if self.remote is not None and not self.streams and self.manifest["format"] == self.format:
             self.path, self.chunks = open_remote(path, self.manifest, storage_options, cache_dir, cache_limit,
-                                                 chunk_bytes, storage_timeout)
+                                                 chunk_bytes, storage_timeout,
+                                                 checked=self.checks_data_file and _checksums(checksums, verify))
             self.remote = None
             check_dataset_links(self.path)  # the cache's copy: pixfeed's own files only
         else:

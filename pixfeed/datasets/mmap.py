@@ -41,6 +41,7 @@ class MmapImageDataset(MapImageDataset):
     array (pixels mode) or sliced or read as bytes (encoded mode).
     """
     format = "mmap"
+    checks_data_file = True  # records by their checksums, the .npy header's shape against the manifest
 
     def _open(self) -> dict:
         load = lambda name: np.load(self.path / name, mmap_mode="r", allow_pickle=False)  # noqa: E731
@@ -54,7 +55,7 @@ class MmapImageDataset(MapImageDataset):
             arrays["offsets"] = load(layout.OFFSETS)
         if self.chunks is not None:
             arrays["file"] = self.data_file(name)
-            arrays["base"] = npy_layout(arrays["file"])[1] if self.store == "pixels" else 0
+            arrays["base"] = self._checked_header(arrays["file"]) if self.store == "pixels" else 0
         elif fits_in_page_cache(sum(meta["bytes"] for meta in self.manifest["files"].values())):
             mapped = load(name) if self.store == "pixels" else np.memmap(self.path / name, np.uint8, "r")
             arrays["map"] = mapped.view(np.ndarray)  # slices of a memmap cost 11 us each in its __array_finalize__
@@ -62,6 +63,32 @@ class MmapImageDataset(MapImageDataset):
             arrays["file"] = open(self.path / name, "rb", buffering=0)
             arrays["base"] = load(name).offset if self.store == "pixels" else 0
         return arrays
+
+    def _checked_header(self, file) -> int:
+        """The records' offset in ``images.npy`` read through chunks, its shape checked against the manifest
+        (chunks of a size the manifest lists no hashes for are not checked by the cache: docs/buckets.md)."""
+        try:
+            try:
+                shape, offset = npy_layout(file)
+                if tuple(shape) != (self.manifest["count"], *self.stored_shape):
+                    raise ValueError(f"shape {tuple(shape)}")
+            except ValueError:
+                if self.chunks.part:
+                    raise
+                self.chunks.drop(0, 4096)  # fetched once more, as a chunk failing its hash
+                try:
+                    shape, offset = npy_layout(file)
+                except ValueError:
+                    self.chunks.drop(0, 4096)  # damaged bytes are not kept
+                    raise
+        except ValueError as e:
+            raise CorruptDataError(f"{self.path}/{layout.IMAGES}: its header does not parse ({e}); the data file is "
+                                   f"damaged (run 'pixfeed verify')") from None
+        if tuple(shape) != (self.manifest["count"], *self.stored_shape):
+            raise CorruptDataError(f"{self.path}/{layout.IMAGES}: its header gives shape {tuple(shape)}, but the "
+                                   f"manifest records {self.manifest['count']:,} records of {self.stored_shape}; the "
+                                   f"data file is damaged (run 'pixfeed verify')")
+        return offset
 
     def read_checked(self, indices):
         idx = self._indices(indices)
@@ -81,12 +108,11 @@ class MmapImageDataset(MapImageDataset):
                     self._check(check, stored[j], checksums[j], int(indices[j]))
             else:
                 for j, i in enumerate(indices):
-                    self._copy_row(h, int(i), stored[j])
-                    self._check(check, stored[j], checksums[j], int(i))
+                    self._checked_read(h, int(i), lambda i=int(i), j=j: (self._copy_row(h, i, stored[j]), stored[j])[1],
+                                       check, checksums[j])
         else:
-            stored = [self._record(h, int(i)) for i in indices]
-            for j, i in enumerate(indices):
-                self._check(check, stored[j], checksums[j], int(i))
+            stored = [self._checked_read(h, int(i), lambda i=int(i): self._record(h, i), check, checksums[j])
+                      for j, i in enumerate(indices)]
         return stored, h["labels"][indices], checksums
 
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
@@ -116,6 +142,23 @@ class MmapImageDataset(MapImageDataset):
                 cache[name] = data, load("offsets"), load("checksums")
         return cache[name]
 
+    def _checked_read(self, h: dict, i: int, read, check: bool, expected):
+        """``read()``, checked; through chunks the cache did not check (another chunk size), a record failing its
+        checksum has its chunks fetched once more before CorruptDataError."""
+        record = read()
+        if check and self.chunks is not None and not self.chunks.part and record_hash(record) != int(expected):
+            if self.store == "pixels":
+                row = int(np.prod(self.stored_shape))
+                self.chunks.drop(h["base"] + i * row, h["base"] + (i + 1) * row)
+            else:
+                self.chunks.drop(int(h["offsets"][i]), int(h["offsets"][i + 1]))
+            record = read()
+            if record_hash(record) != int(expected):
+                self.chunks.drop(*((h["base"] + i * row, h["base"] + (i + 1) * row) if self.store == "pixels" else
+                                   (int(h["offsets"][i]), int(h["offsets"][i + 1]))))  # damaged bytes are not kept
+        self._check(check, record, expected, i)
+        return record
+
     def _copy_row(self, h: dict, i: int, out: np.ndarray) -> None:
         if readinto_at(h["file"], out, h["base"] + i * out.nbytes) != out.nbytes:
             raise self._short(i)
@@ -141,7 +184,11 @@ class MmapImageDataset(MapImageDataset):
         """Where each record's stored bytes lie in its data file (for read-ahead hints)."""
         meta = [self.path / name for name in (layout.LABELS, layout.CHECKSUMS)]
         if self.store == "pixels":
-            shape, offset = npy_layout(self.data_file(layout.IMAGES))
+            if self.chunks is not None:  # checked against the manifest (chunks may be unchecked by the cache)
+                shape = (self.manifest["count"], *self.stored_shape)
+                offset = self._checked_header(self.data_file(layout.IMAGES))
+            else:
+                shape, offset = npy_layout(self.data_file(layout.IMAGES))
             row = int(np.prod(shape[1:]))
 
             def rows() -> tuple:  # made when read-ahead needs them: 8 bytes a record

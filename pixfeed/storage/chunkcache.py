@@ -55,7 +55,8 @@ class ChunkCache:
         self.store, self.name, self.size, self.chunk, self.limit, self.timeout = store, name, size, chunk, limit, timeout
         self.folder = Path(folder) / "chunks"
         make_private_dir(self.folder, Path(folder))  # 0700, not a link (docs/untrusted-data.md)
-        self.hashes: List[str] = []  # one xxh3_64 per chunk, set by pixfeed.storage.chunked
+        self.hashes: List[str] = []  # one xxh3_64 per ``part`` bytes, set by pixfeed.storage.chunked
+        self.part = chunk  # the bytes each hash covers: the chunk, a divisor of it, or 0 (not checked per chunk)
         self.stats: Counter = Counter()  # this process: gets, bytes, retries, refetches, evicted
         self.policy: Optional[Victims] = None  # this process's fetcher's eviction order, for its readers too
 
@@ -144,6 +145,13 @@ class ChunkCache:
             with open(open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as f:
                 f.truncate(end - start)
         return tmp
+
+    def drop(self, start: int, end: int) -> None:
+        """Remove the chunks holding bytes ``start`` to ``end`` (a reader found them failing its own check: the
+        next read fetches them again)."""
+        for k in range(start // self.chunk, -(-end // self.chunk)):
+            self.path(k).unlink(missing_ok=True)
+        self.stats["refetches"] += 1
 
     def get(self, k: int) -> bytes:
         """Chunk ``k``'s bytes from the bucket, retried up to ``timeout`` (unverified, not stored)."""

@@ -11,10 +11,18 @@
 
 Chunk hashes: the packer writes ``"chunks": {"bytes": CHUNK_BYTES,
 "xxh3_64": {data file: [16 hex digits per chunk]}}`` into the manifest
-(``manifest_entry``).  A pack without it (older pixfeed), or a cache using
-another chunk size, gets the list computed on first use: one pass of parallel
-ranged GETs over the file, checked against the manifest's whole-file xxh3_64,
-kept as ``chunks-BYTES.json`` beside the chunks (once per node, under a lock).
+(``manifest_entry``).  A cache whose chunk size is that size, or a multiple of
+it, checks each fetched chunk by the stored hashes of the parts it covers
+(``cache.part``).  Any other chunk size (smaller ones, the advice for a full
+shuffle) checks nothing per chunk when the reader declares ``checked``: it
+checks every byte it takes from the data file itself (the mmap reader with
+record checksums on: each record's own xxh3_64, the ``.npy`` header against
+the manifest), so no chunk size reads the file before the first batch.  A
+reader that cannot (HDF5, whose metadata and labels live in ``data.h5``;
+``checksums=False``), and a pack without the entry (older pixfeed), gets the
+list computed on first use: one pass of parallel ranged GETs over the file,
+checked against the manifest's whole-file xxh3_64, kept as
+``chunks-BYTES.json`` beside the chunks (once per node, under a lock).
 """
 from __future__ import annotations
 
@@ -55,8 +63,10 @@ def data_file(manifest: dict) -> Optional[str]:
 
 
 def open_remote(url: str, manifest: dict, storage_options: Optional[dict], cache_dir, cache_limit,
-                chunk_bytes: Optional[int] = None, timeout: float = TIMEOUT) -> Tuple[Path, Optional[ChunkCache]]:
-    """(local folder, chunk cache or None): see the module's docstring."""
+                chunk_bytes: Optional[int] = None, timeout: float = TIMEOUT,
+                checked: bool = False) -> Tuple[Path, Optional[ChunkCache]]:
+    """(local folder, chunk cache or None): see the module's docstring.  ``checked``: the reader checks every
+    byte it takes from the data file (record checksums), so chunks of an unlisted size need no hash list."""
     limit, name = parse_bytes(cache_limit), data_file(manifest)
     total = sum(meta["bytes"] for meta in manifest["files"].values())
     if limit is None or total <= limit or name is None:
@@ -74,14 +84,21 @@ def open_remote(url: str, manifest: dict, storage_options: Optional[dict], cache
     folder = stage(url, small, storage_options, cache_dir, None)
     cache = ChunkCache(Store(url, storage_options), name, manifest["files"][name]["bytes"], folder, chunk,
                        limit - sum(m["bytes"] for m in small["files"].values()), timeout)
-    cache.hashes = chunk_hashes(cache, manifest)
+    cache.hashes = chunk_hashes(cache, manifest, checked)
     return folder, cache
 
 
-def chunk_hashes(cache: ChunkCache, manifest: dict) -> List[str]:
+def chunk_hashes(cache: ChunkCache, manifest: dict, checked: bool = False) -> List[str]:
+    """The hashes ``cache`` checks its chunks by (sets ``cache.part``, the bytes each covers); [] when the
+    reader checks the bytes itself (``checked``) and the manifest lists no hashes a chunk can be checked by."""
     entry = manifest.get("chunks") or {}
-    if entry.get("bytes") == cache.chunk and cache.name in entry.get("xxh3_64", {}):
-        return list(entry["xxh3_64"][cache.name])
+    stored, listed = entry.get("bytes"), entry.get("xxh3_64", {}).get(cache.name)
+    if listed is not None and isinstance(stored, int) and stored > 0 and cache.chunk % stored == 0:
+        cache.part = stored  # a chunk of k stored parts: checked part by part, no pass
+        return list(listed)
+    if checked and listed is not None:
+        cache.part = 0  # nothing per chunk: every record is checked by its own xxh3_64
+        return []
     path = cache.folder.parent / f"chunks-{cache.chunk}.json"
     with flock(cache.folder.parent / "chunks-hash.lock"):
         if not path.is_file():

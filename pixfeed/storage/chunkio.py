@@ -15,16 +15,32 @@ from .paths import open_nofollow
 
 
 def verified(cache, k: int) -> bytes:
-    """Chunk ``k``'s bytes, checked against its hash: fetched once more when they fail, then CorruptDataError."""
+    """Chunk ``k``'s bytes, checked against its hashes: fetched once more when they fail, then CorruptDataError."""
     for _ in (0, 1):
         data = get(cache, k)
-        if not cache.hashes or xxhash.xxh3_64_hexdigest(data) == cache.hashes[k]:
+        if matches(cache, k, data):
             return data
         cache.stats["refetches"] += 1
     start, end = cache.span(k)
     raise CorruptDataError(f"{cache.store.url_of(cache.name)}: chunk {k} (bytes {start}-{end}) fails its xxh3_64 "
-                           f"{cache.hashes[k]} twice (damaged object or a proxy altering it); run "
+                           f"{','.join(expected(cache, k))} twice (damaged object or a proxy altering it); run "
                            f"'pixfeed verify {cache.store.url}'")
+
+
+def expected(cache, k: int) -> List[str]:
+    """The hashes of chunk ``k``'s parts (one when the parts are the chunks; none when not checked per chunk)."""
+    if not cache.hashes or not cache.part:
+        return []
+    step = cache.chunk // cache.part
+    return cache.hashes[k * step:(k + 1) * step]
+
+
+def matches(cache, k: int, data) -> bool:
+    """``data`` is chunk ``k`` as hashed (each ``cache.part`` bytes by its own hash), or nothing is checked."""
+    want = expected(cache, k)
+    view = memoryview(data)
+    return not want or [xxhash.xxh3_64_hexdigest(view[i:i + cache.part])
+                        for i in range(0, len(view), cache.part)] == want
 
 
 def get(cache, k: int) -> bytes:
