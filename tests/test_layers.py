@@ -206,3 +206,12 @@ def test_the_core_lies_in_rooms():
     assert len(flat) <= 14, flat
     rooms = sorted(f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
     assert [r for r in rooms if r not in LAYERS] == []
+
+
+def test_the_old_decode_path_still_reads_as_the_new_one():
+    """``pixfeed.decode`` stays a re-export of ``pixfeed.image.decode`` for one release (the README
+    documented ``pixfeed.decode.decode``)."""
+    import pixfeed.decode as old
+    from pixfeed.image import decode as new
+
+    assert old.decode is new.decode and old.sniff is new.sniff and old.parse_size is new.parse_size
