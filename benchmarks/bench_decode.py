@@ -1,6 +1,6 @@
 """Decode + resize + center crop of in-memory JPEGs on one core, as ratios to the usual Pillow pipeline.
 
-    python benchmarks/bench_decode.py /work/shared/data/imagenet-sample [--size 224] [--reps 5]
+    python benchmarks/bench_decode.py IMAGES [--size 224] [--reps 5]
 
 Each candidate runs through all the images in a row (warm caches, as in a
 loader worker); candidates take turns ``--reps`` times, so machine load hits

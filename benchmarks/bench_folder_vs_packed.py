@@ -1,7 +1,7 @@
 """End to end: an encoded pack read through ``make_loader`` with ``size=224`` against
 the same folder read by a torchvision-style dataset, as a ratio measured in one run.
 
-    python benchmarks/bench_folder_vs_packed.py /work/shared/data/imagenet-sample [--epochs 6] [--max-side 384]
+    python benchmarks/bench_folder_vs_packed.py IMAGES [--epochs 6] [--max-side 384]
 
 Baseline: ImageFolder-style dataset (PIL open, convert RGB, Resize(256),
 CenterCrop(224), to a uint8 tensor) in a DataLoader with num_workers = CPUs

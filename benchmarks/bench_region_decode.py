@@ -1,6 +1,6 @@
 """Region decode (only the rows and columns a crop keeps) against today's full decode, same images, same boxes.
 
-    python benchmarks/bench_region_decode.py /work/shared/data/imagenet-sample [--reps 7] [--limit 200]
+    python benchmarks/bench_region_decode.py IMAGES [--reps 7] [--limit 200]
 
 One core, each candidate through all images in a row, candidates taking turns
 ``--reps`` times (``bench_decode.interleaved``); ms per image and the ratio to

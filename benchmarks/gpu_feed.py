@@ -1,5 +1,5 @@
 """Is the GPU fed? Each model's appetite beside the same training step fed by a folder baseline, pixfeed's
-CPU path and pixfeed's GPU path, from full-size JPEGs, ``--max-side 384`` JPEGs and stored pixels (issue 37).
+CPU path and pixfeed's GPU path, from full-size JPEGs, ``--max-side 384`` JPEGs and stored pixels.
 
     python benchmarks/gpu_feed.py --images DIR [--copies N] [--out results.json] [--seconds S]
                                   [--models resnet50,resnet18] [--batch 256]
@@ -28,10 +28,10 @@ figure is the step's own share of that.  ``--models`` may include ``none``: the 
 moved to the GPU and nothing else.  The JSON (``--out``) is rewritten after every row, so a run cut
 short keeps what it measured; a row that fails records the error and the run goes on; a row that
 would end past ``--budget`` seconds (270) is recorded as skipped.  The rows run in the order: appetites,
-the GPU path (the issue's goals first), the CPU path, the baselines, so a short budget loses the
+the GPU path (the goals' rows first), the CPU path, the baselines, so a short budget loses the
 baselines first.  Defaults (``--seconds 6``) fit one GPU in 5 minutes.  Where an appetite was measured
 a row also gives ``loader_cores_est``: its cores busy less the step's own (the appetite row's cores
-busy times the row's share), the loader's CPU use that the issue's goal caps at 4 cores.
+busy times the row's share), the loader's CPU use, which the goal caps at 4 cores.
 
 ``--cpu-smoke``: no GPU needed; small images (``--size 64``), batch 4, a few steps per row, the built-in
 ``tiny-resnet`` (or resnet18 when torchvision is installed); the GPU rows are recorded as skipped with
@@ -74,10 +74,10 @@ DATA = {  # name: how it is described (pack_options gives its pack)
     "max-side": "mmap encoded, --max-side {max_side}",
     "pixels": "mmap stored pixels {pixels}",
 }
-GOALS = [  # issue 37: (model, feed, data, least share of appetite)
+GOALS = [  # the goals (docs/benchmarks.md): (model, feed, data, least share of appetite)
     ("resnet50", "pixfeed gpu", "full", 0.95), ("resnet18", "pixfeed gpu", "max-side", 0.85),
     ("resnet18", "pixfeed gpu", "pixels", 0.95)]
-MAX_CORES = 4  # issue 37: the loader's CPU use at those rates, of 16 cores
+MAX_CORES = 4  # the goal for the loader's CPU use at those rates, of 16 cores
 
 
 # ---------------------------------------------------------------- the dataset
@@ -495,7 +495,7 @@ def goals(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def plan_rows(run: Run, models: List[str], gpu_skip: Optional[str]) -> None:
-    """Appetites first, then the GPU path (the issue's goals first), the CPU path, the baselines."""
+    """Appetites first, then the GPU path (the goals' rows first), the CPU path, the baselines."""
     kinds = list(run.packs)
     for model in models:
         run.appetite_row(model)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from torch.utils.data import IterableDataset
+
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.order import ORDERS, quasi_sizes
 from pixfeed.machine.memory import CACHE_FRACTION, fits_in_page_cache, page_cache_room
@@ -86,6 +88,18 @@ def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Opti
                                    f"windows of {window} records"
 
 
+def own_order(dataset: Any, shuffle: Optional[bool]) -> str:
+    """What an iterable dataset's order is: it orders its own samples (no sampler, no full shuffle)."""
+    shuffled = getattr(dataset, "shuffle", None) if shuffle is None else shuffle
+    buffer = getattr(dataset, "buffer", None)
+    if shuffled is False:
+        return "the dataset's own order: its stream as stored (shuffle=False)"
+    if shuffled and buffer is not None:
+        mixed = f", then a buffer of {buffer} samples per worker" if buffer > 1 else ", no buffer"
+        return f"the dataset's own order: shards shuffled each epoch{mixed} (no full shuffle; buffer= widens it)"
+    return "the dataset's own order (an iterable dataset orders its samples itself)"
+
+
 def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: Any, order: str,
                 shuffle: Optional[bool], batch_size: int) -> None:
     """Fill the plan's ``storage``, ``io_ahead``, ``order``, ``quasi`` and ``drop_behind``."""
@@ -93,6 +107,8 @@ def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: A
     plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
     plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
     plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
+    if isinstance(dataset, IterableDataset) and plan.order == "random":
+        plan.reasons["order"] = own_order(dataset, shuffle)
     plan.order_asked = order
     plan.drop_behind = drop_behind(plan, batch_size)
     if plan.drop_behind is not None and plan.io_ahead:
