@@ -11,7 +11,8 @@ small files)::
     chunks/.FILE.K.PID.TID a chunk being written (its full size reserved up front), renamed when verified
     chunks/FILE.K.lock     held (flock) while chunk K is fetched: the other processes wait, then reuse it
     chunks/FILE.K.failed   the error of a fetch that gave up: for ``timeout`` seconds others raise it at once
-    chunks.lock            held while room is made: the chunks and reservations stay within the limit
+    chunks.lock            held while room is made and while a reservation is renamed to its chunk: a
+                           listing under it sees each in-flight chunk once, so they stay within the limit
 
 * Every process of the node (ranks, their DataLoader workers, the fetch
   thread) shares the folder.  A chunk appears only by ``rename`` after its
@@ -98,7 +99,8 @@ class ChunkCache:
             try:
                 data = chunkio.verified(self, k)
                 chunkio.write_all(tmp, data)
-                os.replace(tmp, self.path(k))
+                with chunkio.flock(self.folder.parent / "chunks.lock"):  # a listing in _reserve never sees
+                    os.replace(tmp, self.path(k))  # the reservation renamed away and its chunk not yet there
             except StorageError as e:
                 tmp.unlink(missing_ok=True)
                 with open(open_nofollow(self._failed(k), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
