@@ -199,19 +199,22 @@ def _origin(source) -> str:
 
 def cmd_sample(args) -> int:
     from .errors import OptionError
-    from .sample import make_sample
+    from .sample import claim_folder, make_sample, mark_folder
 
     if args.count < 1:
         raise OptionError(f"--count {args.count}: must be at least 1")
+    root = claim_folder(_out_folder(args.dir, "DIR"), args.overwrite)
     if args.index:
         from .sample_index import COMMAND, make_index_sample
 
-        index = make_index_sample(_out_folder(args.dir, "DIR"), args.count, args.seed)
+        index = make_index_sample(root, args.count, args.seed)
+        mark_folder(root, "index")
         if not args.quiet:
             print(f"wrote {plural(args.count, 'image')} with masks and {index} (caption, tags, boxes, "
                   f"box_classes, mask); pack it with:\n  {COMMAND.format(dir=args.dir)}")
         return 0
-    make_sample(_out_folder(args.dir, "DIR"), args.count, args.seed)
+    make_sample(root, args.count, args.seed)
+    mark_folder(root, "folder")
     if not args.quiet:
         print(f"wrote {plural(args.count, 'image')} to {args.dir}")
     return 0
@@ -224,23 +227,24 @@ def cmd_demo(args) -> int:
 
     from .datasets import MmapImageDataset
     from .packers import pack
-    from .sample import make_sample
+    from .sample import claim_folder, make_sample, mark_folder
 
     work = _out_folder(args.out, "--out") if args.out else Path(tempfile.mkdtemp(prefix="pixfeed-demo-"))
     src, dst = work / "sample", work / "packed-mmap"
     try:
-        make_sample(src, args.count)
+        make_sample(claim_folder(src, overwrite=True, option="--out"), args.count)
+        mark_folder(src, "folder")
         print(f"1. wrote {plural(args.count, 'synthetic image')} to {src}")
         m = pack(src, dst, "mmap", size=args.size, overwrite=True, progress=shown(args.quiet))
         print(f"2. packed them to {dst}: {plural(m['count'], 'record')}, {'x'.join(map(str, m['shape']))} uint8, "
               f"{m['stats']['seconds']:.1f} s")
         ds = MmapImageDataset(dst)
         loader = torch.utils.data.DataLoader(ds, batch_size=64, num_workers=0)
-        start, n = time.perf_counter(), 0
+        start, n, first = time.perf_counter(), 0, None
         for images, labels in loader:
-            n += len(images)
+            n, first = n + len(images), first or images.shape  # the first batch's shape: N x C x H x W
         secs = time.perf_counter() - start
-        print(f"3. read {plural(n, 'image')} back through a DataLoader: batches of {tuple(images.shape[1:])} "
+        print(f"3. read {plural(n, 'image')} back through a DataLoader: batches of {tuple(first)} "
               f"{images.dtype}, {len(ds.classes)} classes, {n / secs:.0f} images/s")
     finally:
         if not args.out:
@@ -289,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("sample", help="write a synthetic photo-like ImageFolder sample")
-    p.add_argument("dir", help="folder to write the sample into (created if missing)")
+    p.add_argument("dir", help="folder to write the sample into: missing or empty (created if missing)")
+    p.add_argument("--overwrite", action="store_true", help="replace a sample pixfeed wrote in DIR before (only "
+                   "its own files, listed in DIR/.pixfeed-sample; a folder of other files is refused)")
     p.add_argument("--count", type=int, default=200, help="number of images (default 200)")
     p.add_argument("--seed", type=int, default=0, help="random seed: the same seed writes the same images (default 0)")
     p.add_argument("--index", action="store_true", help="write images/, masks/ and index.csv with captions, "

@@ -6,15 +6,26 @@ about one in eight is grayscale, one in eight an RGBA PNG, a quarter PNG.
 Formats and colour modes are spread evenly over the classes (image ``i`` of a
 class gets kind ``i % 8``), so neither says which class an image is: a model
 trained on the sample cannot learn the class from the file type.
+
+``claim_folder`` and ``mark_folder`` keep ``pixfeed sample`` from writing into
+a folder of someone else's files: a sample lists the files it wrote in
+``DIR/.pixfeed-sample``; a missing or empty DIR is written into, a DIR holding
+such a sample is replaced only with ``overwrite`` (its listed files removed,
+nothing else), and any other DIR is refused.
 """
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from .errors import OptionError
+
 CLASSES = ("bird", "boat", "cat", "dog", "flower", "fruit", "house", "tree")
+MARK = ".pixfeed-sample"  # the files a sample wrote, one relative path a line after a JSON heading
 SIZES = ((375, 500), (500, 375), (333, 500), (480, 640), (256, 256), (600, 400))
 
 
@@ -59,3 +70,40 @@ def make_sample(root, count: int = 200, seed: int = 0) -> Path:
         else:
             img.save(root / cls / f"img_{i:05d}.jpg", quality=int(rng.integers(80, 96)))
     return root
+
+
+def _files(root: Path) -> list:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir() and p.name != MARK)
+
+
+def claim_folder(root, overwrite: bool = False, option: str = "DIR") -> Path:
+    """Make ``root`` ready for a sample (see the module docstring); an OptionError names what stands in the way."""
+    root = Path(root)
+    if not root.exists() or not any(root.iterdir()):
+        return root
+    mark = root / MARK
+    if not mark.is_file():
+        first = next(iter(_files(root)), None) or next(iter(root.iterdir())).name
+        raise OptionError(f"{option} {root}: not empty (it holds {first}) and not a sample pixfeed wrote; "
+                          "pixfeed sample writes into a missing or empty folder: name another")
+    if not overwrite:
+        raise OptionError(f"{option} {root}: holds a sample pixfeed wrote; pass --overwrite to replace it")
+    listed = set(mark.read_text(encoding="utf-8").splitlines()[1:])
+    foreign = [f for f in _files(root) if f not in listed]
+    if foreign:
+        raise OptionError(f"{option} {root}: holds {foreign[0]}, which pixfeed sample did not write; "
+                          "--overwrite removes only a sample's own files: move it out or name another folder")
+    for rel in listed:
+        (root / rel).unlink(missing_ok=True)
+    mark.unlink()
+    for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
+        if Path(folder) != root and not os.listdir(folder):
+            os.rmdir(folder)  # only folders the removed files leave empty
+    return root
+
+
+def mark_folder(root, what: str) -> None:
+    """List every file now under ``root`` as the sample's own (written after ``claim_folder`` emptied it)."""
+    root = Path(root)
+    heading = json.dumps({"written_by": "pixfeed sample", "what": what})
+    (root / MARK).write_text("\n".join([heading, *_files(root)]) + "\n", encoding="utf-8")

@@ -38,6 +38,30 @@ def test_demo_summary_reads_as_words(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--count", "8", "--size", "32", "-q"]) == 0
     out = capsys.readouterr().out
     assert "wrote 8 synthetic images" in out and "8 records, 32x32x3 uint8" in out and "read 8 images back" in out
+    assert "batches of (8, 3, 32, 32) torch.uint8" in out  # a batch's shape, not one sample's
+
+
+def test_sample_refuses_a_folder_it_did_not_write_and_replaces_its_own_only_when_asked(tmp_path, capsys):
+    theirs = tmp_path / "theirs" / "cat"
+    theirs.mkdir(parents=True)
+    (theirs / "photo.jpg").write_bytes(b"a user's image")
+    assert main(["sample", str(tmp_path / "theirs"), "--count", "2"]) == 2
+    assert "not empty (it holds cat/photo.jpg)" in capsys.readouterr().err
+    assert main(["sample", str(tmp_path / "theirs"), "--count", "2", "--overwrite"]) == 2  # not a sample: never
+    assert (theirs / "photo.jpg").read_bytes() == b"a user's image" and len(list(theirs.iterdir())) == 1
+
+    ours = tmp_path / "ours"
+    assert main(["sample", str(ours), "--count", "16"]) == 0
+    assert main(["sample", str(ours), "--count", "3"]) == 2
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+    assert main(["sample", str(ours), "--count", "3", "--overwrite"]) == 0
+    images = sorted(p.relative_to(ours).as_posix() for p in ours.rglob("img_*"))
+    assert images == ["bird/img_00000.jpg", "boat/img_00001.jpg", "cat/img_00002.jpg"]  # no mix with the 16
+    assert sorted(p.name for p in ours.iterdir() if p.is_dir()) == ["bird", "boat", "cat"]
+    (ours / "cat" / "notes.txt").write_text("mine")
+    assert main(["sample", str(ours), "--count", "3", "--overwrite"]) == 2
+    assert "holds cat/notes.txt, which pixfeed sample did not write" in capsys.readouterr().err
+    assert (ours / "cat" / "notes.txt").exists() and (ours / "bird" / "img_00000.jpg").exists()
 
 
 def test_demo_removes_its_temporary_folder_and_says_so(tmp_path, monkeypatch, capsys):
