@@ -30,23 +30,35 @@ COMMANDS: list = [
 ]
 
 
+PACK_EXAMPLES = """examples:
+  pixfeed pack images ds                                  mmap, decoded 256x256 pixels (random crops to 224)
+  pixfeed pack --store pixels --size 224 images ds-eval   center crops read as a plain copy (evaluation)
+  pixfeed pack --format lmdb images ds-lmdb               the original JPEG/PNG bytes in one LMDB file
+  pixfeed pack --store encoded --max-side 384 images ds   re-encoded to at most 384 pixels: less disk
+  pixfeed pack --format wds --shard-size 1000 images shards
+  pixfeed pack --on-error skip images ds                  pack the rest; the bad files are listed
+  pixfeed pack --index train.csv --class-column label images ds
+more: docs/packing.md"""
+
+
 def _pack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="mmap", choices=list(FORMATS), help="the format (default: mmap)")
     p.add_argument("--store", choices=STORES,
                    help="pixels: decoded uint8 RGB (default for mmap); encoded: the image files' bytes (default otherwise)")
     p.add_argument("--size", help="pixels mode: output size S or HxW (default 256)")
     p.add_argument("--resize", choices=("crop", "pad", "stretch"),
-                   help="pixels mode: short side to S then center crop (crop), letterbox (pad) or stretch")
+                   help="pixels mode: short side to S then center crop (crop), letterbox (pad) or stretch (default crop)")
     p.add_argument("--max-side", type=int, help="encoded mode: re-encode images larger than N pixels to JPEG")
     p.add_argument("--quality", type=int, help="JPEG quality for --max-side (default 90)")
     p.add_argument("--ext", help="comma-separated extensions to pack (default jpg,jpeg,png, any case)")
     p.add_argument("--workers", type=int, help="pack processes (default: the CPUs this process may use)")
     p.add_argument("--executor", default="local", choices=("local", "ray"),
-                   help="where pack tasks run: local processes, or Ray tasks on a cluster (pip install 'pixfeed[ray]')")
+                   help="where pack tasks run: local processes, or Ray tasks on a cluster (pip install 'pixfeed[ray]'; "
+                   "default local)")
     p.add_argument("--address", help="ray: the cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--task-cpus", type=float, help="ray: CPUs each pack task takes (default 1)")
     p.add_argument("--on-error", default="fail", choices=("fail", "skip"),
-                   help="fail: stop at the first bad image; skip: pack the rest and list what was skipped")
+                   help="fail: stop at the first bad image (default); skip: pack the rest and list what was skipped")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST dataset or empty folder (only once the new pack succeeds)")
     p.add_argument("--max-pixels", type=int, help="decompression-bomb limit in pixels (default: Pillow's)")
     p.add_argument("--full-check", action="store_true", help="encoded mode: decode every image while packing")
@@ -277,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("pack", help="pack images into a dataset: an image folder, an index file (--index), "
-                       "WebDataset shards or a pixfeed dataset, local or in a bucket")
+                       "WebDataset shards or a pixfeed dataset, local or in a bucket", epilog=PACK_EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("src", help="image folder: root/<class>/<img> or flat (or a URL prefix, s3://bucket/train); "
                    "WebDataset shards (a folder of .tar, a brace pattern train-{000..009}.tar, a bucket prefix); "
                    "or a pixfeed dataset to repack; with --index, the folder (or URL prefix) its paths are relative "

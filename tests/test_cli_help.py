@@ -29,6 +29,19 @@ def test_every_argument_and_command_has_help_text():
     assert missing == []
 
 
+def test_pack_help_gives_every_default_and_examples(capsys):
+    pack = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["pack"]
+    silent = [a.option_strings[0] for a in pack._actions if a.option_strings and a.default not in (None, False, [])
+              and a.default != argparse.SUPPRESS and "default" not in (a.help or "")]
+    assert silent == []
+    resize = next(a for a in pack._actions if "--resize" in a.option_strings)
+    assert "default crop" in resize.help  # a default pack fills in, though argparse's is None
+    with pytest.raises(SystemExit):
+        main(["pack", "--help"])
+    out = capsys.readouterr().out
+    assert "(default)" in out and "examples:\n  pixfeed pack images ds " in out  # the epilog keeps its lines
+
+
 def test_pack_summary_names_every_kind_of_source(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
