@@ -58,6 +58,10 @@ def test_run_measures_every_format_and_store(run):
     for row in rows.values():
         assert ROW_FIELDS <= set(row) and READ_FIELDS <= set(row["read"])
         assert {e["images"] for e in row["read"]["epochs"]} == {12}  # every epoch reads all 12
+        # and once more for training: random-resized crops, beside the baseline doing the same crops
+        assert READ_FIELDS <= set(row["train"]) and {e["images"] for e in row["train"]["epochs"]} == {12}
+        train_speedup = row["train"]["images_per_s"] / baseline["train"]["images_per_s"]
+        assert row["train_x_baseline"] == pytest.approx(train_speedup, abs=0.006)
         assert row["read"]["images_per_s"] > 0 and row["ratio_to_ceiling"] > 0
         speedup = row["read"]["images_per_s"] / baseline["read"]["images_per_s"]
         assert row["x_baseline"] == pytest.approx(speedup, abs=0.006)
@@ -69,8 +73,9 @@ def test_run_measures_every_format_and_store(run):
         pack, stored = rows[name]["pack"], rows[name]["storage"]
         assert PACK_FIELDS <= set(pack) and STORAGE_FIELDS <= set(stored)
         assert pack["size_ratio"] == pytest.approx(stored["bytes"] / source_bytes, abs=0.0006)  # the same files
-        # pixels: every image decoded to 224x224 RGB; encoded: every source byte kept, not re-encoded
-        assert stored["bytes"] >= (12 * 224 * 224 * 3 if name.endswith("/pixels") else source_bytes)
+        # pixels: every image decoded to 256x256 RGB (the margin 224-pixel random-resized crops need);
+        # encoded: every source byte kept, not re-encoded
+        assert stored["bytes"] >= (12 * 256 * 256 * 3 if name.endswith("/pixels") else source_bytes)
         assert stored["cold_mb_per_s"] > 0
         assert stored["cold_resident_fraction"] is None or 0.0 <= stored["cold_resident_fraction"] <= 1.0
     assert {t["row"] for t in result["targets"]} == expected | {"mmap/encoded max-side 24"}
@@ -86,6 +91,9 @@ def test_output_leads_with_the_recommendation_and_hides_the_targets(run):
     rec = result["recommendation"]
     assert rec["command"] in stdout and rec["row"] in {r["name"] for r in result["rows"]}
     assert rec["bytes"] <= result["config"]["disk_budget"] == 100 * 10**6
+    assert result["config"]["pack_size"] == "256" and "--size 224" not in rec["command"]
+    assert rec["eval"]["command"] in stdout and "**For training (random-resized crops)" in stdout
+    assert "## Reading for training: random-resized crops" in stdout
     assert result["targets"] and "## Targets" in markdown(result, targets=True)
 
 

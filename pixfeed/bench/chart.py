@@ -1,6 +1,7 @@
 """The benchmark's bar chart (needs matplotlib, the ``plot`` extra; skipped without it).
 
-Bars are images/s per reading row on a log axis, coloured by kind, with the
+Bars are images/s per reading row on a log axis, coloured by kind, two per
+row: training (random-resized crops, hatched) and evaluation (center crops), with the
 run-wide ceilings drawn as lines in the same unit: the bare decode rates, and
 the memory-copy rate turned into images/s of the benchmark's image size.
 """
@@ -25,18 +26,24 @@ def draw(result: dict, path: Path) -> Optional[Path]:
     except ImportError:
         log.info("matplotlib is not installed (pip install 'pixfeed[plot]'): no chart")
         return None
-    rows = sorted(result["rows"], key=lambda r: r["read"]["images_per_s"])
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.8))
-    rates = [r["read"]["images_per_s"] for r in rows]
-    ax.barh([r["name"] for r in rows], rates, color=[COLOURS.get(r["store"], "#55a868") for r in rows])
-    for y, (rate, row) in enumerate(zip(rates, rows)):
-        ax.text(rate, y, f" {rate:,.0f}  ({row['ratio_to_ceiling']:.0%} of ceiling)", va="center", fontsize=8)
+    rows = sorted(result["rows"], key=lambda r: r.get("train", r["read"])["images_per_s"])
+    fig, ax = plt.subplots(figsize=(9, 0.7 * len(rows) + 1.8))
+    colours = [COLOURS.get(r["store"], "#55a868") for r in rows]
+    for offset, key, label, hatch in ((0.2, "train", "training crops", "//"), (-0.2, "read", "center crops", None)):
+        drawn = [(y, r) for y, r in enumerate(rows) if key in r]
+        rates = [r[key]["images_per_s"] for _, r in drawn]
+        ax.barh([y + offset for y, _ in drawn], rates, height=0.4, color=[colours[y] for y, _ in drawn], hatch=hatch,
+                edgecolor="white")
+        for (y, row), rate in zip(drawn, rates):
+            x = row["train_x_baseline"] if key == "train" else row["x_baseline"]
+            ax.text(rate, y + offset, f" {rate:,.0f}  {label}, {x:.1f}x baseline", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [r["name"] for r in rows])
     _ceiling_lines(ax, result)
     ax.set_xscale("log")
     ax.set_xlabel("images/s delivered (best epoch, log scale)")
     cfg = result["config"]
     ax.set_title(f"pixfeed bench: {cfg['images']} images, batch {cfg['batch_size']}, {cfg['size']} px, "
-                 f"{result['machine']['usable_cpus']} CPUs", fontsize=10)
+                 f"{result['machine']['usable_cpus']} CPUs; hatched: training (random-resized) crops", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -55,7 +55,8 @@ def add_command(subparsers) -> None:
     p.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated (default {','.join(FORMATS)})")
     p.add_argument("--store", default=",".join(STORES), help=f"comma-separated, of {', '.join(STORES)} (default: all)")
     p.add_argument("--size", help="delivered image size S or HxW (default 224; a dataset URL of stored pixels: "
-                   "its stored size)")
+                   "its stored size); stored pixels are packed at S / 0.875 (256 for 224), the margin random-resized "
+                   "crops need, and every pack is read twice: training crops (crop=random) and center crops")
     p.add_argument("--batch-size", type=int, default=64, help="make_loader batch size (default 64)")
     p.add_argument("--epochs", type=int, default=2, help="epochs read per row, at least (the best counts; default 2)")
     p.add_argument("--workers", default="auto", help="make_loader num_workers: auto or N (default auto)")

@@ -2,8 +2,10 @@
 
 ``FolderDataset`` under ``plain_loader`` is the baseline a user has today: a
 torchvision-ImageFolder-style dataset over the source files (PIL open,
-convert to RGB, torchvision's Resize(256) + CenterCrop(224) for size 224), written out here so the
-benchmark needs no torchvision, under ``DataLoader(num_workers=4, pin_memory=False)``.
+convert to RGB, then torchvision's Resize(256) + CenterCrop(224) for size 224
+with ``crop="center"``, or RandomResizedCrop(224) + RandomHorizontalFlip with
+``crop="random"``), written out here so the benchmark needs no torchvision,
+under ``DataLoader(num_workers=4, pin_memory=False)``.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..image.decode import CROP_RATIO, Size, resize
+from ..image.decode import CROP_RATIO, Size, random_resized_crop, resize
 from ..sources.folder import Source
 from .ceilings import bracket
 from .procstats import ProcUsage
@@ -27,17 +29,21 @@ MAX_EPOCHS = 20
 class FolderDataset(torch.utils.data.Dataset):
     """ImageFolder-style: ``(uint8 CHW RGB tensor, label)`` straight from the image files."""
 
-    def __init__(self, source: Source, size: Size) -> None:
+    def __init__(self, source: Source, size: Size, crop: str = "center") -> None:
         self.files = [source.root / p for p in source.paths]
         self.labels = source.labels.tolist()
-        self.size = size
+        self.size, self.crop = size, crop
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
         with Image.open(self.files[i]) as img:
-            img = resize(img.convert("RGB"), self.size, "crop", CROP_RATIO)
+            if self.crop == "random":  # a generator per sample from torch's RNG, as a worker seeds it
+                rng = np.random.default_rng(int(torch.randint(2**62, ())))
+                img = random_resized_crop(img.convert("RGB"), self.size, rng)
+            else:
+                img = resize(img.convert("RGB"), self.size, "crop", CROP_RATIO)
         return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1), self.labels[i]
 
 

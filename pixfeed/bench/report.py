@@ -4,8 +4,10 @@ The report leads with the recommendation (``recommend.py``); the project's own
 targets (``targets.py``) are always in results.json, and in the report only
 with ``pixfeed bench --targets``.
 
-Reading rows are sorted by images/s (the best epoch); each shows its ratio to
-the ceiling measured just before it and to the plain-DataLoader baseline.
+Reading rows are sorted by images/s (the best epoch), in two tables: for
+training (random-resized crops, ``crop="random"``) and for evaluation (center
+crops); each row shows its ratio to the plain-DataLoader baseline doing the same
+crops, the evaluation rows also to the ceiling measured just before it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from .machine import summary
 READ_HEAD = ("format/store", "images/s", "MB/s", "vs ceiling", "ceiling", "x baseline",
              "dataset read directly (no loader), img/s", "loader vs direct", "1st batch s",
              "peak RSS main/workers MB", "CPU s", "CPU vs ceiling", "workers")
+TRAIN_HEAD = ("format/store", "images/s", "MB/s", "x baseline", "1st batch s", "peak RSS main/workers MB", "CPU s",
+              "workers")
 PACK_HEAD = ("format/store", "pack s", "images/s", "MB/s", "vs ceiling", "ceiling", "on disk vs source")
 
 
@@ -38,6 +42,13 @@ def _read_cells(row: dict) -> List[str]:
             str(r["workers"])]
 
 
+def _train_cells(row: dict) -> List[str]:
+    r = row["train"]
+    return [row["name"], f"{r['images_per_s']:,.0f}", f"{r['mb_per_s']:,.0f}", f"{row['train_x_baseline']:.1f}x",
+            f"{r['first_batch_s']:.2f}", f"{r['main_peak_mb']:,.0f} / {r['workers_peak_mb']:,.0f}", f"{r['cpu_s']:.1f}",
+            str(r["workers"])]
+
+
 def _pack_cells(row: dict) -> List[str]:
     p = row["pack"]
     return [row["name"], f"{p['seconds']:.1f}", f"{p['images_per_s']:,.0f}", f"{p['mb_per_s']:,.0f}",
@@ -51,12 +62,16 @@ def markdown(result: dict, targets: bool = False) -> str:
     lines = [f"# pixfeed bench: {plural(cfg['images'], 'image')}, {human_bytes(cfg['source_bytes'])} from {cfg['src']}",
              "", "## Recommendation for this data on this machine", "", *result["recommendation"]["lines"], "",
              f"Machine: {summary(result['machine'])}.", "",
-             f"Batch {cfg['batch_size']}, {cfg['size']} px, {cfg['epochs']} epochs, "
+             f"Batch {cfg['batch_size']}, {cfg['size']} px delivered (stored pixels packed at "
+             f"{cfg.get('pack_size', cfg['size'])} px), {cfg['epochs']} epochs, "
              f"{'cold' if cfg['cold'] else 'warm'} cache. Run-wide ceilings: {_ceiling(c['memcopy'])}, "
              f"{_ceiling(c['file_copy'])}, {_ceiling(c['decode_1'])}, {_ceiling(c['decode_1_fast'])}, "
              f"{_ceiling(c['decode_pack'])}.", "",
-             "## Reading (best epoch; each ceiling measured just before and after its row, higher kept)",
-             ""]
+             "## Reading for training: random-resized crops and flips (crop=\"random\"; best epoch)", ""]
+    trained = sorted((r for r in rows if "train" in r), key=lambda r: -r["train"]["images_per_s"])
+    lines += table(TRAIN_HEAD, [_train_cells(r) for r in trained])
+    lines += ["", "## Reading for evaluation: center crops (crop=\"center\"; best epoch; each ceiling measured just "
+              "before and after its row, higher kept)", ""]
     ordered = sorted(rows, key=lambda r: -r["read"]["images_per_s"])
     lines += table(READ_HEAD, [_read_cells(r) for r in ordered])
     packed = [r for r in rows if r["pack"] is not None]

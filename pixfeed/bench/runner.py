@@ -3,7 +3,13 @@
 Order of one run: the source (or a synthetic sample), run-wide ceilings for
 the heading (memory copy, file copy, decode), the two baselines over the source folder,
 then for each format and store: pack, storage read rate of the packed files
-(warm, and cold with ``cold``), read through ``make_loader``; last, with
+(warm, and cold with ``cold``), read through ``make_loader`` twice: for
+evaluation (``crop="center"``, the row's ``read``) and for training
+(``crop="random"``, random-resized crops and flips, the row's ``train``),
+each beside the same baseline doing the same crops.  Stored pixels are packed at
+``pack_size``, the size a random-resized crop of ``size`` needs (256 for 224:
+``size / CROP_RATIO``), so one pack serves both uses, as a user packs for
+training; its center crop is Resize(256) + CenterCrop(224).  Last, with
 ``max_side``, the first format once more as encoded images re-encoded at pack
 time to at most ``max_side`` pixels, to show what that does to size and speed.  Each pack and
 read measures its own ceiling just before and after it runs (decode in the
@@ -28,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Union
 from ..storage import pagecache
 from ..storage.bounded import IMAGE_BYTES, read_file
 from ..machine.cpus import available_cpus
-from ..image.decode import parse_size
+from ..image.decode import CROP_RATIO, parse_size
 from ..errors import OptionError
 from ..loaders import make_loader
 from ..manifest import STORES
@@ -72,6 +78,7 @@ class Bench:
 
     def __init__(self, cfg: BenchConfig, work: Path) -> None:
         self.cfg, self.work, self.size = cfg, work, parse_size(cfg.size)
+        self.pack_size = pack_size(self.size)
         self.src = Path(cfg.src) if cfg.src else self._sample()
         self.source = scan_index(cfg.index, self.src, fields=cfg.fields) if cfg.index else scan(self.src)
         if self.source.blobs is not None:
@@ -121,12 +128,14 @@ class Bench:
         rows = []
         user_loader = partial(plain_loader, batch_size=self.cfg.batch_size)
         for name, make in (("folder (DataLoader, 4 workers)", user_loader), ("folder + make_loader", self.loader)):
-            log.info("reading %s", name)
-            with warnings.catch_warnings():  # torch's warning of more workers than CPUs: that is the point
-                warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
-                read = self.read(FolderDataset(self.source, self.size), make, self.decode_limit, self.source_files())
-            rows.append({"name": name, "format": "folder", "store": "files", "pack": None, "storage": None,
-                         "read": read})
+            row = {"name": name, "format": "folder", "store": "files", "pack": None, "storage": None}
+            for key, crop in USES:
+                log.info("reading %s, %s crops", name, crop)
+                with warnings.catch_warnings():  # torch's warning of more workers than CPUs: that is the point
+                    warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
+                    row[key] = self.read(FolderDataset(self.source, self.size, crop), make, self.decode_limit,
+                                         self.source_files())
+            rows.append(row)
         return rows
 
     def ceilings(self) -> dict:
@@ -149,17 +158,20 @@ class Bench:
         # wds: at least two shards per process, as one packs for a DataLoader (else every
         # worker reads every shard, keeps 1 sample in N, and warns)
         shards = {"shard_size": -(-len(self.source) // (2 * self.pack_procs))} if fmt == "wds" else {}
-        m, figures = pack_measured(self.src, dst, fmt, store, self.size, self.pack_procs, limit,
+        m, figures = pack_measured(self.src, dst, fmt, store, self.pack_size, self.pack_procs, limit,
                                    max_side=max_side, **shards, **self.index_options)
         files = [dst / f for f in m["files"]]
         row = {"name": name, "format": fmt, "store": store, "max_side": max_side, "pack": figures,
                "storage": storage(files, self.cfg.cold)}
-        log.info("reading %s", name)
-        dataset = open_dataset(dst, size=self.size, crop="center")
-        exact = getattr(dataset, "exact", True)
-        limit = self.memcopy_limit if store == "pixels" else partial(self.decode_limit, exact=exact, max_side=max_side)
-        row["read"] = self.read(dataset, self.loader, limit, files)
-        row["direct"] = read_directly(dataset, self.cfg.batch_size, self.cfg.epochs)
+        for key, crop in USES:
+            log.info("reading %s, %s crops", name, crop)
+            dataset = open_dataset(dst, size=self.size, crop=crop)
+            exact = getattr(dataset, "exact", True)
+            limit = self.memcopy_limit if store == "pixels" else partial(self.decode_limit, exact=exact,
+                                                                         max_side=max_side)
+            row[key] = self.read(dataset, self.loader, limit, files)
+            if key == "read":
+                row["direct"] = read_directly(dataset, self.cfg.batch_size, self.cfg.epochs)
         shutil.rmtree(dst, ignore_errors=True)
         return row
 
@@ -173,6 +185,8 @@ def run_bench(cfg: BenchConfig, work_parent: Path) -> dict:
     try:
         bench = Bench(cfg, work)
         result = {"config": {**asdict(cfg), "src": str(bench.src), "images": len(bench.blobs),
+                             "pack_size": "x".join(map(str, bench.pack_size)) if bench.pack_size[0] != bench.pack_size[1]
+                             else str(bench.pack_size[0]),
                              "source_bytes": sum(map(len, bench.blobs)), "pack_workers": bench.pack_procs},
                   "machine": machine.describe(work), "ceilings": bench.ceilings(),
                   "rows": bench.baselines(), "unavailable": {}}
@@ -202,6 +216,15 @@ def _try_row(bench: Bench, fmt: str, store: str, result: Dict, max_side: Optiona
         name = row_name(fmt, store, max_side)
         log.warning("%s failed", name, exc_info=True)
         result["unavailable"][name] = f"{type(e).__name__}: {e}"
+
+
+USES = (("read", "center"), ("train", "random"))  # a row's key for each use, and the crop it reads with
+
+
+def pack_size(size) -> tuple:
+    """The stored-pixel size that serves random-resized crops of ``size``: ``size / CROP_RATIO`` (256 for 224),
+    whose center crop of ``size`` is the evaluation transform Resize(256) + CenterCrop(224)."""
+    return tuple(round(side / CROP_RATIO) for side in size)
 
 
 def row_name(fmt: str, store: str, max_side: Optional[int] = None) -> str:

@@ -3,7 +3,8 @@
 Each row gets ``ratio_to_ceiling`` (pixel rows: delivered bytes/s over the
 memory-copy rate; encoded and folder rows: images/s over the bare decode rate
 in as many processes as the loader used), ``x_baseline`` (images/s over the
-plain DataLoader's), ``cpu_ms_per_image`` with the busy share of the main
+plain DataLoader's, center crops; ``train_x_baseline``: random-resized crops
+against the same DataLoader doing them), ``cpu_ms_per_image`` with the busy share of the main
 process and of the workers, and ``cpu_efficiency``: the ceiling's own CPU per
 image (bare decode, or one copy of the pixels) over the row's, a ratio that
 other load on the machine barely moves.  ``judge`` checks the targets; a missed target
@@ -49,8 +50,11 @@ def _ceiling_ms_per_image(row: dict) -> float:
 def annotate(rows: List[dict]) -> None:
     """Add the ratio and CPU fields to every row in place (rows[0] is the baseline)."""
     baseline = rows[0]["read"]["images_per_s"]
+    train_baseline = rows[0].get("train", {}).get("images_per_s")
     for row in rows:
         read = row["read"]
+        if train_baseline and "train" in row:
+            row["train_x_baseline"] = round(row["train"]["images_per_s"] / train_baseline, 2)
         images = sum(e["images"] for e in read["epochs"])
         row["ratio_to_ceiling"] = round(_read_ratio(row), 3)
         row["pack_ratio"] = None if (r := _pack_ratio(row)) is None else round(r, 3)
