@@ -26,6 +26,7 @@ ENCODED = InUse(store="encoded", workers=1, cpus=2)
     (advice.fast_decode, InUse(store="encoded", fast_decode=False), InUse(store="pixels", fast_decode=False),
      "pixfeed[fast]"),
     (advice.batch_reads, InUse(batch_path=False), InUse(batch_path=True), "whole batches"),
+    (advice.faster_storage, InUse(cached=0.3), InUse(cached=1.0), "faster storage"),  # every page cached already
 ])
 def test_rule_offers_only_what_is_not_in_use(rule, offered, withheld, text):
     assert text in rule(offered)
@@ -80,3 +81,18 @@ def test_a_small_dataset_is_measured_over_several_epochs():
     loader = DataLoader(ArrayDataset(random_images(6)), batch_size=4)  # 2 batches an epoch
     report = pixfeed.profile_loader(loader, steps=5, device=None)
     assert len(report.steps) == 5 and report.epochs == 3 and report.to_dict()["images"] > 0
+
+
+def test_reads_of_a_dataset_in_the_page_cache_are_not_sent_to_faster_storage(image_tree, tmp_path):
+    from pixfeed.packers import pack
+    from pixfeed.storage.pagecache import read_rate
+
+    pack(image_tree, tmp_path / "ds", "mmap", size=16)
+    loader = pixfeed.make_loader(pixfeed.open_dataset(tmp_path / "ds"), 4, num_workers=0)
+    read_rate([tmp_path / "ds" / name for name in loader.dataset.dataset.manifest["files"]], cold=False)
+    in_use = InUse.of(loader)
+    if in_use.cached is None:
+        pytest.skip("mincore cannot tell page residency here")
+    assert in_use.in_page_cache  # every page was just read
+    line = advice.for_stage("read", in_use)
+    assert "faster storage" not in line and "every page of the dataset in the page cache" in line

@@ -173,13 +173,18 @@ def test_cli_defaults_on_mixed_size_encoded_images(image_tree, tmp_path, capsys)
     assert findings["storage"]["data"]["files"] >= 1
 
 
-def test_cli_on_stored_pixels_expects_no_workers(image_tree, tmp_path, capsys):
+def test_cli_on_stored_pixels_sizes_shared_memory_for_random_crop_training(image_tree, tmp_path, capsys,
+                                                                           monkeypatch):
     from pixfeed.packers import pack
 
+    monkeypatch.setattr("pixfeed.diagnose.doctor.available_cpus", lambda root=None: 2)
     pack(image_tree, tmp_path / "ds", "mmap", size=16)
-    assert main(["doctor", str(tmp_path / "ds"), "--json", "--read-mb", "1"]) == 0
+    assert main(["doctor", str(tmp_path / "ds"), "--json", "--read-mb", "1", "--batch-size", "4"]) == 0
     findings = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
-    assert findings["shared memory"]["data"]["need"] == 0 and findings["fast decode"]["status"] == "ok"
+    # center crops of stored pixels are read in process, but training's random-resized crops go to workers
+    shm = findings["shared memory"]
+    assert shm["data"]["need"] == 4 * 3 * 16 * 16 * 2 * 2 and "no loader workers" not in shm["advice"]
+    assert "random-crop training's 2 workers" in shm["value"] and findings["fast decode"]["status"] == "ok"
 
 
 def test_cli_json(tmp_path, capsys):

@@ -106,6 +106,19 @@ def test_cli_profile(image_tree, tmp_path, capsys):
     assert out["plan"]["num_workers"]
 
 
+def test_cli_profile_without_a_step_gives_the_loaders_rate_not_a_verdict(image_tree, tmp_path, capsys):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "mmap", size=16)
+    assert main(["profile", str(tmp_path / "ds"), "--batch-size", "4", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "input-bound" not in out and "waiting for data 99%" not in out  # by construction without a step
+    assert re.search(r"loader only: the loader alone delivers \d+ images/s, a batch every [\d.]+ ms", out)
+    assert "--step-ms MS, your step's time, says whether training would wait" in out
+    assert main(["profile", str(tmp_path / "ds"), "--batch-size", "4", "--steps", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["report"]["bound"] == "loader only"
+
+
 @pytest.mark.parametrize("fmt", ["mmap", "lmdb", "hdf5", "wds"])
 def test_cli_profile_defaults_on_mixed_sizes(fmt, image_tree, tmp_path, capsys):
     from pixfeed.packers import pack

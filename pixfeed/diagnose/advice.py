@@ -15,6 +15,9 @@ when its condition holds:
   ``exact=False``: simplejpeg installed but the dataset asks for Pillow's path;
 * whole-batch reads: fixed-size images that are not on the batch path yet;
 * ``pin_memory=True``: the loader does not pin yet.
+* faster storage: unless every page of the dataset's files is in the page
+  cache already (``cached``, measured by ``mincore`` when the report is built):
+  then a read is a copy and a checksum, CPU work, and the summary says so.
 * the 'gpu decode' line of ``pixfeed doctor``: when decoding on the GPU dominates
   (after ``--max-side`` and stored pixels).
 
@@ -40,6 +43,7 @@ class InUse:
     pin_memory: bool = False
     batch_path: bool = False          # make_loader reads whole batches (get_batch)
     tuned: bool = False               # num_workers="tune" measured the worker count
+    cached: Optional[float] = None    # share of the dataset's file pages in the page cache; None: unknown
 
     @classmethod
     def of(cls, loader: Any) -> "InUse":
@@ -52,6 +56,7 @@ class InUse:
         plan = getattr(loader, "pixfeed_plan", None)
         manifest = getattr(dataset, "manifest", None) or {}
         return cls(store=manifest.get("store"), max_side=(manifest.get("options") or {}).get("max_side"),
+                   cached=_cached(dataset, manifest),
                    exact=bool(getattr(dataset, "exact", False)), fast_decode=_jpeghead.simplejpeg is not None,
                    cpu_bound=getattr(dataset, "cpu_bound", True),
                    workers=getattr(loader, "num_workers", 0), cpus=plan.cpus if plan else available_cpus(),
@@ -71,7 +76,28 @@ class InUse:
             parts.append("Pillow's exact decode" if self.exact or not self.fast_decode else "fast decode (simplejpeg)")
         if self.pin_memory:
             parts.append("pinned memory")
+        if self.in_page_cache:
+            parts.append("every page of the dataset in the page cache (reads are copies and checksums, CPU work)")
         return ", ".join(parts)
+
+    @property
+    def in_page_cache(self) -> bool:
+        return self.cached is not None and self.cached >= CACHED
+
+
+CACHED = 0.99  # share of the pages resident from which storage is not what reads wait on
+
+
+def _cached(dataset: Any, manifest: dict) -> Optional[float]:
+    """The share of a local dataset's files resident in the page cache (pixfeed.storage.pagecache), or None."""
+    from pathlib import Path
+
+    from pixfeed.storage.pagecache import resident_fraction
+
+    path = getattr(dataset, "path", None)
+    if not isinstance(path, Path) or not manifest.get("files"):
+        return None
+    return resident_fraction([path / name for name in manifest["files"]], windows=64)
 
 
 Rule = Callable[[InUse], Optional[str]]
@@ -106,7 +132,7 @@ def batch_reads(u: InUse) -> Optional[str]:
 
 
 def faster_storage(u: InUse) -> Optional[str]:
-    return "faster storage (see 'pixfeed doctor PATH'), or the dataset in RAM"
+    return None if u.in_page_cache else "faster storage (see 'pixfeed doctor PATH'), or the dataset in RAM"
 
 
 def gpu_transform(u: InUse) -> Optional[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional, Tuple
@@ -36,7 +35,9 @@ def add_profile(sub: Any) -> None:
     p = sub.add_parser("profile", help="is the training loop waiting for data? (simulated compute step)")
     p.add_argument("dataset", help="a packed pixfeed dataset")
     p.add_argument("--batch-size", type=int, default=64, help="default 64")
-    p.add_argument("--step-ms", type=float, default=0.0, help="simulated compute per batch in ms (default 0)")
+    p.add_argument("--step-ms", type=float, default=0.0, help="simulated compute per batch in ms: your model's step "
+                   "time gives the verdict, input- or compute-bound (default 0: no step; the loader's own rate and "
+                   "the step time from which training would not wait for it)")
     p.add_argument("--steps", type=int, default=50,
                    help="batches to measure after one warm-up batch, over as many epochs as it takes (default 50)")
     p.add_argument("--size", help=f"image size S or HxW, center crop (default: the stored size; {DEFAULT_SIZE} "
@@ -49,13 +50,15 @@ def add_profile(sub: Any) -> None:
 def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int,
                   storage_options: Optional[dict] = None) -> Tuple[int, Optional[int], Any]:
     """(batch bytes, workers make_loader would use when that is known here, the dataset's store) for doctor:
-    a dataset's own image size and store (a URL's from its manifest: nothing is copied to find out)."""
+    a dataset's own image size and store (a URL's from its manifest: nothing is copied to find out).  The
+    workers are those of training: stored pixels are read in process only for center crops; random-resized
+    crops (crop="random", as training reads them) are per-sample work, done in workers like decoding."""
     from pixfeed.datasets import open_dataset
     from pixfeed.image.decode import parse_size
     from pixfeed.errors import PixfeedError
     from pixfeed.manifest import read_manifest
 
-    shape, in_process, store = None, False, None
+    shape, store = None, None
     if path is not None and is_url(path):
         try:
             manifest = read_manifest(path, storage_options)
@@ -63,15 +66,14 @@ def _loader_guess(path: Optional[str], size: Optional[str], batch_size: int,
             manifest = None
         if manifest is not None:
             store = manifest["store"]
-            in_process = store == "pixels"  # stored pixels: make_loader reads them in process, no workers
-            if in_process and manifest.get("shape"):
+            if store == "pixels" and manifest.get("shape"):
                 shape = (3, *(parse_size(size) if size else manifest["shape"][:2]))
     elif path is not None and (Path(path) / "pixfeed.json").is_file():
         dataset = open_dataset(path, size=size)
-        shape, in_process, store = dataset.fixed_shape, not dataset.cpu_bound, dataset.store
+        shape, store = dataset.fixed_shape, dataset.store
     if shape is None:
         shape = (3, *parse_size(size or DEFAULT_SIZE))
-    return math.prod(shape) * batch_size, 0 if in_process else None, store
+    return math.prod(shape) * batch_size, None, store
 
 
 def _at_least(args: argparse.Namespace, minimum: int, *names: str) -> None:
@@ -133,6 +135,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     loader = make_loader(dataset, args.batch_size, num_workers=_workers(args.workers))
     step = (lambda batch: time.sleep(args.step_ms / 1000)) if args.step_ms > 0 else None
     report = profile_loader(loader, args.steps, step)
+    report.no_step = step is None
     tuning = getattr(loader, "pixfeed_tuning", None)
     if args.json:
         print(json.dumps({"dataset": args.dataset, "size": size, "size_chosen": how, "batch_size": args.batch_size,
@@ -143,8 +146,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     print(f"profile of {args.dataset} ({m['format']}/{m['store']}, {plural(len(dataset), 'image')}): images at "
           f"{size[0]}x{size[1]} ({how}), batches of {args.batch_size}, {args.step_ms:g} ms simulated step")
     print(loader.pixfeed_plan)
-    if not args.step_ms:
-        print("note: no --step-ms: with no compute step every loop waits for data", file=sys.stderr)
     if tuning is not None:
         print(tuning)
     print(report)

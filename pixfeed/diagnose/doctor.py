@@ -6,9 +6,10 @@ will be served from the page cache or the disk (``storage.check_cache``).
 ``diagnose`` runs every check and returns a list of ``Finding``; ``render``
 prints them as a table.  Paths are arguments so tests can use fake cgroup
 files and a fake shared-memory directory.  The shared-memory need assumes the
-loader ``make_loader`` would build: none for a dataset of stored pixels (read
-in process), else ``plan.default_workers`` workers, 2
-batches ready per worker (torch's default prefetch), ``batch_bytes`` each.
+loader ``make_loader`` would build for training: ``plan.default_workers``
+workers, 2 batches ready per worker (torch's default prefetch), ``batch_bytes``
+each; for stored pixels too, since random-resized crops are per-sample work
+done in workers (only their center crops are read in process, without shared memory).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
         system.check_cpus(cgroup_root),
         system.check_memory(cgroup_root, meminfo),
         system.check_shm(system.shm_need(batch_bytes, workers, PREFETCH), shm_dir,
-                         f"{workers} workers x {PREFETCH} ready batches of {size(batch_bytes)}"),
+                         ("random-crop training's " if store == "pixels" else "")
+                         + f"{workers} workers x {PREFETCH} ready batches of {size(batch_bytes)}"),
         check_decode(store),
         devices.check_torch(),
         gpudecode.check_gpu_decode(usable=gpudecode.gpu_path_check()),

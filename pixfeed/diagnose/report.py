@@ -16,6 +16,11 @@
   already uses (``InUse``), so it never recommends what is already on.
 * no measured batch, no verdict: ``bound`` is "unmeasured" and the report says
   there was nothing to measure.
+* no step (``no_step``: ``pixfeed profile`` without ``--step-ms``): a loop that
+  does nothing but fetch waits for data all the time by definition, so the
+  stall fraction says nothing; ``bound`` is "loader only" and the verdict gives
+  what it does measure: the loader's own rate, and the step time per batch from
+  which training would not wait for it.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from pixfeed.console.words import plural
 INPUT_BOUND = 0.10
 SLOW_COPY = 0.010
 UNMEASURED = "unmeasured"
+LOADER_ONLY = "loader only"
 
 
 @dataclass
@@ -49,6 +55,7 @@ class StallReport:
     stages: Dict[str, float] = field(default_factory=dict)
     in_use: InUse = field(default_factory=InUse)
     epochs: Optional[int] = None  # epochs the measured batches came from, when known
+    no_step: bool = False         # the loop ran no step: the stall fraction is 100% by construction
 
     def total(self, part: str) -> float:
         return sum(getattr(s, part) for s in self.steps)
@@ -69,6 +76,8 @@ class StallReport:
     def bound(self) -> str:
         if not self.steps:
             return UNMEASURED
+        if self.no_step:
+            return LOADER_ONLY
         return "input-bound" if self.stall_fraction >= INPUT_BOUND else "compute-bound"
 
     @property
@@ -104,7 +113,9 @@ class StallReport:
         if not self.steps:
             return []
         transfer_ms = self.per_batch()["transfer"] * 1000
-        if self.bound == "compute-bound":
+        if self.bound == LOADER_ONLY:
+            notes = [f"if training waits for data, {for_stage(self.dominant, self.in_use)}"]
+        elif self.bound == "compute-bound":
             notes = ["compute-bound: faster data will not speed this loop up; the step is the place to work"]
         elif self.dominant == "transfer":
             return [for_copy(transfer_ms, self.in_use)]
@@ -119,6 +130,15 @@ class StallReport:
         if not self.steps:
             return "no verdict: no batch was measured (the loader gave none after the warm-up)"
         over = "" if self.epochs is None else f" over {plural(self.epochs, 'epoch')}"
+        if self.no_step:
+            n = max(1, len(self.steps))
+            batch_ms = 1000 * (self.total("wait") + self.total("transfer")) / n
+            return (f"{LOADER_ONLY}: the loader alone delivers {self.images_per_s:.0f} images/s, a batch every "
+                    f"{batch_ms:.1f} ms, in {plural(len(self.steps), 'measured batch', 'measured batches')}{over}; "
+                    f"a training step of {batch_ms:.1f} ms or more per batch would not wait for it, if the step "
+                    "leaves the loader its CPUs (a GPU step); no step was run, so the loop waited for data all the "
+                    "time by construction: --step-ms MS, your step's time, says whether training would wait; "
+                    f"{self.dominant} dominates the data side")
         return (f"{self.bound}: waiting for data {self.stall_fraction:.0%} of the time, "
                 f"{self.images_per_s:.0f} images/s in {plural(len(self.steps), 'measured batch', 'measured batches')}"
                 f"{over}; "
