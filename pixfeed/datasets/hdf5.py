@@ -40,18 +40,26 @@ class H5ImageDataset(MapImageDataset):
     def _open(self) -> dict:
         import h5py
 
-        f = h5py.File(self.data_file(layout.DATA), "r")
-        if not self.allow_links:
-            check_contained(f, f"{self.path}/{layout.DATA}")
-        data = f[self._records_name]
-        raw = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
+        where = f"{self.path}/{layout.DATA}"
+        try:
+            f = h5py.File(self.data_file(layout.DATA), "r")
+        except OSError as e:  # h5py's plain OSError for a file HDF5 cannot read
+            raise CorruptDataError(f"{where}: HDF5 cannot open it ({e}); the file is damaged") from None
+        try:
+            if not self.allow_links:
+                check_contained(f, where)
+            out = {key: _array(f, name, where) for key, name in
+                   (("data", self._records_name), ("labels", layout.LABELS), ("checksums", layout.CHECKSUMS))}
+            tail = tuple(self.manifest["shape"]) if self.store == "pixels" else ()
+            for key, rows, kind in (("data", tail, "uint8" if tail else "bytes"), ("labels", (), "int64"),
+                                    ("checksums", (), "int64")):
+                check_array(out[key], self.manifest["count"], rows, kind, where)
+        except BaseException:
+            f.close()
+            raise
+        data = out["data"]
+        out["raw_chunks"] = self.store == "pixels" and data.chunks == (1, *data.shape[1:]) \
             and data.id.get_create_plist().get_nfilters() == 0
-        out = {"data": data, "labels": f[layout.LABELS], "checksums": f[layout.CHECKSUMS], "raw_chunks": raw}
-        for key in ("data", "labels", "checksums"):  # a count they do not hold: named, not h5py's OSError later
-            if len(out[key]) != self.manifest["count"]:
-                f.close()
-                raise CorruptDataError(f"{self.path}/{layout.DATA}: {key} holds {len(out[key]):,} records, but the "
-                                       f"manifest's count is {self.manifest['count']:,}; the dataset is damaged")
         return out
 
     def read_stored(self, indices: np.ndarray):
@@ -125,6 +133,45 @@ class H5ImageDataset(MapImageDataset):
                 return np.array([c[1] for c in chunks], np.int64), np.array([c[2] for c in chunks], np.int64)
             refs = b"".join(data.id.read_direct_chunk((first,))[1] for first, _, _ in chunks)
         return _heap_extents(refs, len(self))
+
+
+CHUNK_BYTES = 64 << 20  # one HDF5 chunk beyond one record (HDF5 reads and decompresses a whole chunk)
+
+
+def _array(f, name: str, where: str):
+    """The HDF5 dataset ``name`` of the open file ``f``; missing, or not a dataset, a CorruptDataError."""
+    import h5py
+
+    obj = f.get(name)
+    if not isinstance(obj, h5py.Dataset):
+        raise CorruptDataError(f"{where}: no {name!r} dataset; the file is damaged or not a pixfeed dataset")
+    return obj
+
+
+def check_array(data, count: int, row: tuple, kind: str, where: str) -> None:
+    """Check the HDF5 dataset ``data`` before reading it, against what the manifest says it holds: ``count``
+    rows of shape ``row`` of ``kind`` ("uint8", "int64": any 64-bit integer, "bytes": variable-length
+    uint8), in chunks no larger than one row or CHUNK_BYTES (HDF5 allocates a whole chunk to read one row
+    of it: a chunk of 30000 x 30000 pixels in a 7 KB file took 2.5 GB to read one 8 x 8 record).
+    CorruptDataError naming the dataset."""
+    import h5py
+
+    name = data.name.lstrip("/")
+    if data.shape != (count, *row):
+        raise CorruptDataError(f"{where}: {name} has shape {data.shape}, but the manifest says {count:,} records"
+                               + (f" of {list(row)}" if row else "") + "; the dataset is damaged")
+    vlen = h5py.check_vlen_dtype(data.dtype)
+    if not (vlen == np.uint8 if kind == "bytes" else vlen is None and (
+            data.dtype == np.uint8 if kind == "uint8" else data.dtype.kind in "iu" and data.dtype.itemsize == 8)):
+        raise CorruptDataError(f"{where}: {name} holds {f'variable-length {vlen}' if vlen is not None else data.dtype}"
+                               f", not the {kind} pixfeed stores there; the dataset is damaged")
+    if data.chunks is not None:
+        one = int(np.prod(row, dtype=np.int64)) * data.dtype.itemsize
+        chunk = int(np.prod(data.chunks, dtype=np.int64)) * data.dtype.itemsize
+        if chunk > max(one, CHUNK_BYTES):
+            raise CorruptDataError(f"{where}: {name} is stored in chunks of {data.chunks} ({chunk:,} bytes), over "
+                                   f"pixfeed's limit of {max(one, CHUNK_BYTES) >> 20} MiB for one chunk; the "
+                                   "dataset is damaged or made to exhaust memory")
 
 
 def check_contained(f, where: str) -> None:

@@ -19,6 +19,7 @@ address the file is mapped at.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import weakref
 
@@ -28,26 +29,78 @@ from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError
 from ..layouts.lmdb import DATA, record_key
 from ..machine.memory import fits_in_page_cache
+from ..storage.bounded import open_regular
 from ..storage.pagecache import Extents, mapping_base, unmap_pages
 from ..record import Header, field_table, parse
 from .base import MapImageDataset
 
 _ENVS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (st_dev, st_ino) -> lmdb.Environment
+_ENDS: dict = {}  # (st_dev, st_ino) -> the address past the file's bytes in its map (mapped_end)
 _LOCK = threading.Lock()
 UNMAP_EVERY = 16 << 20
 
 
+# A meta page (pages 0 and 1; LMDB's MDB_meta on 64-bit): magic and version at 16, the page size at 40 (the
+# free database's md_pad), the last page number at 136.
+_MAGIC, _VERSION, _PAGE_SIZE, _LAST_PAGE = (struct.Struct("<I"), 16), (struct.Struct("<I"), 20), \
+    (struct.Struct("<I"), 40), (struct.Struct("<Q"), 136)
+
+
+def check_meta(path: str, where: object = None) -> int:
+    """The size of the LMDB file ``path`` once both meta pages are checked against it: LMDB maps the file
+    and reads any page below the meta's last page number without a check, so a file shorter than the meta
+    claims (a truncated copy) would kill the process with SIGBUS.  CorruptDataError naming the file
+    otherwise; a FIFO or device SpecialFileError (as ``bounded.open_regular``)."""
+    where = where or path
+    fd = open_regular(path, where)
+    try:
+        size = os.fstat(fd).st_size
+
+        def field(page: bytes, spec) -> int:
+            return spec[0].unpack_from(page, spec[1])[0]
+
+        first = os.pread(fd, 144, 0)
+        psize = field(first, _PAGE_SIZE) if len(first) == 144 else 0
+        pages = [first, os.pread(fd, 144, psize) if psize else b""]
+    finally:
+        os.close(fd)
+    if not (psize & (psize - 1) == 0 and 512 <= psize <= 1 << 16):
+        raise CorruptDataError(f"{where}: not an LMDB file (no meta page with a page size at its start; "
+                               f"{size:,} bytes); the dataset is damaged")
+    for n, page in enumerate(pages):
+        if len(page) < 144 or field(page, _MAGIC) != 0xBEEFC0DE or field(page, _VERSION) != 1:
+            raise CorruptDataError(f"{where}: meta page {n} is not an LMDB (64-bit, version 1) meta page; the "
+                                   "file is truncated or damaged")
+        last = field(page, _LAST_PAGE)
+        if (last + 1) * psize > size:
+            raise CorruptDataError(f"{where}: meta page {n} says the file holds {last + 1:,} pages of {psize:,} "
+                                   f"bytes, but it has {size:,} bytes; the file is truncated or damaged")
+    return size
+
+
 def environment(path: str):
-    """The process's read-only environment of the LMDB file ``path``."""
+    """The process's read-only environment of the LMDB file ``path``, its meta pages checked first
+    (``check_meta``); LMDB's own errors on a damaged file a CorruptDataError naming it."""
     import lmdb
 
     st = os.stat(path)
     with _LOCK:
         env = _ENVS.get((st.st_dev, st.st_ino))
         if env is None:
-            env = lmdb.open(path, subdir=False, readonly=True, lock=False, readahead=False, meminit=False)
+            size = check_meta(path)
+            try:
+                env = lmdb.open(path, subdir=False, readonly=True, lock=False, readahead=False, meminit=False)
+            except lmdb.Error as e:
+                raise CorruptDataError(f"{path}: LMDB cannot open it ({e}); the file is damaged") from None
             _ENVS[st.st_dev, st.st_ino] = env
+            _ENDS[st.st_dev, st.st_ino] = mapping_base(path) + min(size, env.info()["map_size"])
     return env
+
+
+def mapped_end(path: str) -> int:
+    """The address past the last byte of ``path``'s map that the file backs (its environment open)."""
+    st = os.stat(path)
+    return _ENDS[st.st_dev, st.st_ino]
 
 
 def _close_inherited() -> None:
@@ -56,6 +109,7 @@ def _close_inherited() -> None:
     for env in list(_ENVS.values()):
         env.close()
     _ENVS.clear()
+    _ENDS.clear()
 
 
 os.register_at_fork(after_in_child=_close_inherited)
@@ -72,7 +126,9 @@ class LmdbImageDataset(MapImageDataset):
     _mapped = 0  # bytes read through the map since its pages were last dropped
 
     def _open(self):
-        return environment(str(self.path / DATA))
+        env = environment(str(self.path / DATA))
+        self._end = mapped_end(str(self.path / DATA))
+        return env
 
     def read_stored(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of bytes."""
@@ -128,6 +184,9 @@ class LmdbImageDataset(MapImageDataset):
                 if value is None:
                     raise CorruptDataError(f"{self.where(i)}: key {record_key(i).decode()} missing from {path}")
                 starts[i], lengths[i] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
+                if base + starts[i] + lengths[i] > mapped_end(str(path)):
+                    raise CorruptDataError(f"{self.where(i)}: key {record_key(i).decode()} runs past the end of "
+                                           f"{path}")
         return starts, lengths
 
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
@@ -154,11 +213,18 @@ class LmdbImageDataset(MapImageDataset):
     def _parse(self, txn, i: int, whole: bool = False):
         """Header and stored bytes of record ``i`` (and ``whole``: its whole value); CorruptDataError
         names the index and both keys."""
+        import lmdb
+
         key = record_key(i)
-        value = txn.get(key)
         try:
+            try:
+                value = txn.get(key)
+            except lmdb.Error as e:  # a page LMDB finds damaged (its number past the last page, a bad kind)
+                raise CorruptDataError(f"key {key.decode()}: LMDB cannot read it ({e})") from None
             if value is None:
                 raise CorruptDataError(f"key {key.decode()}: missing from the LMDB environment")
+            if np.frombuffer(value, np.uint8).ctypes.data + len(value) > self._end:  # would fault (SIGBUS)
+                raise CorruptDataError(f"key {key.decode()}: its {len(value):,} bytes run past the end of the file")
             header, data = parse(value, f"key {key.decode()}")
             self._check_kind(header, key)
         except CorruptDataError as e:

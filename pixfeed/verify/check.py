@@ -157,6 +157,7 @@ def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
             yield from _check_stream(ds, manifest, deep, report, progress)
             return
         ds.check_files()
+        getattr(ds, "handle", None)  # opened here: a file its library refuses is one problem, not one a record
     except (PixfeedError, OSError) as e:
         yield f"records not checked: {e}"
         return

@@ -1,0 +1,177 @@
+"""Issue #43 items 6-12, 14 and 15: hostile input ends in bounded time and memory, with one named error.
+
+Each input is made here: a valid pack edited by hand (a truncated LMDB file with its manifest made to
+agree, an HDF5 file whose arrays lie about their shape), index files, tar headers.  A command that
+crashed (SIGBUS) or hung before runs in a subprocess with a timeout; memory is checked by what the
+code refuses to ask for, not by measuring RSS.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import deadline
+from pixfeed.checksum import file_hash
+from pixfeed.cli import main
+from pixfeed.errors import CorruptDataError
+from test_hostile_input import in_process, jpeg, one_line_error, run
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    """A function (format, store) -> a small packed dataset of 8 images in 2 classes, made once."""
+    root = tmp_path_factory.mktemp("packed")
+    src = root / "src"
+    for c in ("cat", "dog"):
+        (src / c).mkdir(parents=True)
+        for i in range(4):
+            (src / c / f"{i}.jpg").write_bytes(jpeg(i))
+    made = {}
+
+    def make(fmt: str, store: str) -> Path:
+        if (fmt, store) not in made:
+            dst = root / f"{fmt}-{store}"
+            size = ["--size", "8"] if store == "pixels" else []
+            assert main(["pack", str(src), str(dst), "--format", fmt, "--store", store, *size, "-q"]) == 0
+            made[fmt, store] = dst
+        return made[fmt, store]
+    return make
+
+
+def copy(packed_root: Path, tmp_path: Path) -> Path:
+    ds = tmp_path / "ds"
+    shutil.copytree(packed_root, ds)
+    return ds
+
+
+def refile(ds: Path, name: str) -> None:
+    """Record ``name``'s new size and hash in the manifest: the damage is the dataset's own, as a stranger's
+    dataset would come, not a mismatch the file check already names."""
+    m = json.loads((ds / "pixfeed.json").read_text())
+    m["files"][name] = {"bytes": (ds / name).stat().st_size, "xxh3_64": file_hash(ds / name)}
+    m.pop("chunks", None)
+    (ds / "pixfeed.json").write_text(json.dumps(m))
+
+
+# ---- item 14: a truncated LMDB file is a named error, not SIGBUS ----
+
+CHILD = """
+import contextlib, io, json, sys
+import pixfeed
+from pixfeed.cli import main
+out = []
+for ds in sys.argv[1:]:
+    d = pixfeed.open_dataset(ds)
+    try:
+        [d[i] for i in range(len(d))]
+        read = "read"
+    except pixfeed.errors.CorruptDataError as e:
+        read = str(e)
+    codes = []
+    for args in (["verify", ds, "-q"], ["pack", ds, ds + "-re", "--format", "mmap", "-q"]):
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            codes.append((main(args), stdout.getvalue(), stderr.getvalue()))
+    out.append([read, codes])
+print(json.dumps(out))
+"""
+
+
+def test_a_truncated_lmdb_file_is_named_in_every_path(packed, tmp_path):
+    """Cut at a page, inside one, and one page short, in both stores: reads, verify and a repack (all in
+    one child: SIGBUS would kill it) give a CorruptDataError naming the file."""
+    made = []
+    for store in ("pixels", "encoded"):
+        for keep in (8192, 12288 + 100, -4096):
+            ds = copy(packed("lmdb", store), tmp_path / f"{store}{keep}")
+            data = ds / "data.mdb"
+            os.truncate(data, keep if keep > 0 else data.stat().st_size + keep)
+            refile(ds, "data.mdb")
+            made.append(str(ds))
+    r = subprocess.run([sys.executable, "-c", CHILD, *made], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    for ds, (read, ((verify, out, _), (pack, _, err))) in zip(made, json.loads(r.stdout)):
+        assert "data.mdb" in read and "truncated" in read, (ds, read)
+        assert verify == 1 and "records not checked" in out and "truncated" in out, (ds, out)
+        assert pack == 2 and "truncated" in err and err.count("\n") == 1, (ds, err)
+        assert not Path(ds + "-re").exists()
+
+
+def test_an_lmdb_file_that_is_no_lmdb_is_named(packed, tmp_path, capsys):
+    ds = copy(packed("lmdb", "encoded"), tmp_path)
+    (ds / "data.mdb").write_bytes(b"\x00" * 8192)
+    refile(ds, "data.mdb")
+    code, out, err = in_process(capsys, "pack", ds, tmp_path / "re", "-q")
+    assert code == 2 and "data.mdb" in err and "not an LMDB file" in err, err
+
+
+# ---- item 8: HDF5 arrays checked against the manifest before a read ----
+
+def rewrite_h5(ds: Path, name: str, shape: tuple, dtype, chunks=None, maxshape=None) -> None:
+    """data.h5 with ``name`` replaced by an empty dataset of ``shape`` (HDF5 keeps no bytes for unwritten
+    chunks: a dataset of any size costs a few KB on disk)."""
+    import h5py
+    old, new = ds / "data.h5", ds / "new.h5"
+    with h5py.File(old, "r") as f, h5py.File(new, "w") as g:
+        for key in f:
+            if key != name:
+                f.copy(key, g)
+        g.attrs.update(f.attrs)
+        g.create_dataset(name, shape, dtype, chunks=chunks, maxshape=maxshape)
+    new.replace(old)
+    refile(ds, "data.h5")
+
+
+H5_LIES = {
+    "images-30000-square": ("images", lambda n: (n, 30000, 30000, 3), np.uint8, lambda n: (1, 30000, 30000, 3), None,
+                            "shape"),
+    "images-float": ("images", lambda n: (n, 8, 8, 3), np.float64, None, None, "float64"),
+    "images-huge-chunks": ("images", lambda n: (n, 8, 8, 3), np.uint8, lambda n: (1 << 22, 8, 8, 3),
+                           lambda n: (None, 8, 8, 3), "chunks"),
+    "labels-text": ("labels", lambda n: (n,), "S8", None, None, "labels"),
+    "labels-float": ("labels", lambda n: (n,), np.float32, None, None, "labels"),
+    "labels-2d": ("labels", lambda n: (n, 2), np.int64, None, None, "labels"),
+    "checksums-short": ("checksums", lambda n: (n - 1,), np.uint64, None, None, "checksums"),
+}
+
+
+@pytest.mark.parametrize("lie", sorted(H5_LIES))
+def test_hdf5_arrays_that_disagree_with_the_manifest_are_named(packed, tmp_path, capsys, lie):
+    name, shape, dtype, chunks, maxshape, word = H5_LIES[lie]
+    ds = copy(packed("hdf5", "pixels"), tmp_path)
+    n = json.loads((ds / "pixfeed.json").read_text())["count"]
+    rewrite_h5(ds, name, shape(n), dtype, chunks and chunks(n), maxshape and maxshape(n))
+    from pixfeed import open_dataset
+    with deadline(30), pytest.raises(CorruptDataError, match=word):
+        open_dataset(ds)[0]
+    code, out, err = in_process(capsys, "verify", ds, "-q")
+    assert code == 1 and "records not checked" in out and word in out, (out, err)
+    code, out, err = in_process(capsys, "pack", ds, tmp_path / "re", "--format", "mmap", "-q")
+    assert code == 2 and word in err and err.count("\n") == 1, err
+
+
+def test_encoded_hdf5_of_another_dtype_is_named(packed, tmp_path):
+    ds = copy(packed("hdf5", "encoded"), tmp_path)
+    n = json.loads((ds / "pixfeed.json").read_text())["count"]
+    rewrite_h5(ds, "encoded", (n, 4), np.uint8)
+    from pixfeed import open_dataset
+    with deadline(30), pytest.raises(CorruptDataError, match="shape"):
+        open_dataset(ds)[0]
+
+
+def test_a_file_hdf5_cannot_open_is_named(packed, tmp_path, capsys):
+    ds = copy(packed("hdf5", "pixels"), tmp_path)
+    data = ds / "data.h5"
+    data.write_bytes(data.read_bytes()[:600])
+    refile(ds, "data.h5")
+    code, out, err = in_process(capsys, "pack", ds, tmp_path / "re", "--format", "mmap", "-q")
+    assert code == 2 and "data.h5" in err and "HDF5 cannot open" in err, err
+    code, out, err = in_process(capsys, "verify", ds, "-q")
+    assert code == 1 and "HDF5 cannot open" in out, out
