@@ -16,6 +16,7 @@ import torch
 import pixfeed
 from fieldtree import COLOURS, FIELDS, make_field_tree, scene
 from pixfeed.cli import main as cli
+from pixfeed.seeds import Draws, uniforms
 from reference import center_crop_box, resize_shape, rrc_params
 
 N, OUT = 6, 40
@@ -109,8 +110,9 @@ def test_random_crops_and_flips(packed, store):
         image, mask, boxes, classes = ds[i]
         check_aligned(image, mask)
         check_top_box(mask, boxes, classes)
-        torch.manual_seed(seed)  # the reference draws what the dataset drew, in torchvision's order
-        rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+        torch.manual_seed(seed)  # the reference draws what the dataset drew (pixfeed.seeds.crop_draws outside a
+        # loader: keyed by a number from torch's RNG), in torchvision's order
+        rng = Draws(uniforms(int(torch.randint(0, 2**62, ()).item()), 0, [i])[0])
         src, src_classes, (w, h) = stored_boxes(i, store)
         top, left, ch, cw = rrc_params(w, h, rng)
         flip = bool(rng.random() < 0.5)

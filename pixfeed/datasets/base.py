@@ -59,7 +59,7 @@ from ..manifest import read_manifest
 from ..storage.pagecache import Extents
 from ..storage.paths import check_dataset_links
 from ..storage.store import Store, is_url, join, local_path
-from .fieldvalues import FieldValues, sample_rng
+from .fieldvalues import FieldValues, sample_rng, sample_rngs
 
 
 class ImageRecords(FieldValues):
@@ -261,8 +261,8 @@ class ImageRecords(FieldValues):
         from PIL import Image
         return np.asarray(resize(Image.fromarray(np.asarray(stored)), self.size, "crop"))
 
-    def sample(self, stored, label, i: int):
-        img = self.pixels(stored, i)
+    def sample(self, stored, label, i: int, rng=None):
+        img = self.pixels(stored, i, rng)
         tensor = torch.from_numpy(img if img.flags.writeable else img.copy()).permute(2, 0, 1)
         if self.transform is not None:
             tensor = self.transform(tensor)
@@ -335,7 +335,8 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[int]) -> list:
         if self.default_fields:
             idx, stored, labels = self.read_checked(indices)
-            return [self.sample(s, l, int(i)) for s, l, i in zip(stored, labels, idx)]
+            rngs = sample_rngs(idx) if self.crop == "random" else [None] * len(idx)  # one draw for the batch
+            return [self.sample(s, l, int(i), r) for s, l, i, r in zip(stored, labels, idx, rngs)]
         names = [f.name for f in self.schema if self.fields is None or f.name in self.fields]
         if self.needs_image():
             idx, stored, labels = self.read_checked(indices)
@@ -381,7 +382,7 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
                 batch = _copied(batch)
         else:
             batch = batchbuffers.empty((len(idx), shape[1], shape[2], 3))
-            rngs = [sample_rng(int(i)) if self.crop == "random" else None for i in idx]  # drawn here, in order
+            rngs = sample_rngs(idx) if self.crop == "random" else [None] * len(idx)  # one draw for the batch
 
             def one(j: int) -> None:
                 batch[j] = self.pixels(stored[j], int(idx[j]), rngs[j])

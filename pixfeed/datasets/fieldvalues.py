@@ -20,14 +20,18 @@ from ..errors import CorruptDataError, Location
 from ..fields import codec, picture
 from ..fields.array import transform
 from ..image.geometry import Plan
-from ..seeds import index_rng
+from ..seeds import Draws, batch_draws, crop_draws
 
 
-def sample_rng(i: int) -> np.random.Generator:
-    """Record ``i``'s generator for a random crop: from (seed, epoch, i) when the loader seeds by index
-    (``seeds.seeded_by_index``), else drawn from torch's RNG, so DataLoader worker seeding governs it."""
-    rng = index_rng(i)
-    return rng if rng is not None else np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+def sample_rng(i: int) -> Draws:
+    """Record ``i``'s numbers for a random crop (``seeds.Draws``): from (seed, epoch, i) when the loader seeds
+    by index (``seeds.seeded_by_index``), else keyed from torch's RNG, so DataLoader worker seeding governs it."""
+    return Draws(crop_draws([i])[0])
+
+
+def sample_rngs(indices) -> list:
+    """``sample_rng`` of each of a batch's ``indices``, drawn in one vectorised step."""
+    return batch_draws(indices)
 
 
 class FieldValues:

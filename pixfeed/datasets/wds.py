@@ -56,6 +56,7 @@ copied whole; a read failure is a StorageError naming the shard's URL.
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 import json
 import os
 import random
@@ -74,7 +75,7 @@ from webdataset.tariterators import group_by_keys
 from ..errors import CorruptDataError, DatasetError, Location, OptionError, PixfeedError, StorageError
 from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
-from ..seeds import sample_rngs
+from ..seeds import sample_rngs, seeded_by_index
 from ..sources import _tarwalk
 from ..storage.bounded import IMAGE_BYTES, check_size, load_npy
 from ..storage.store import join
@@ -173,7 +174,10 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             rng = random.Random(int(key[0]))
             records = buffer_shuffle(self.buffer, initial=self.buffer, rng=rng)(records)
         for s, i, sample in islice(records, skip, None):
-            with sample_rngs(self.seed, self.epoch, i):  # a random crop depends on the sample, not the worker
+            # a random crop draws from (seed, epoch, i) as the map-style formats' do (seeds.crop_draws); a
+            # transform from the global RNGs seeded so: both depend on the sample, not the worker
+            with seeded_by_index(self.seed, self.epoch), \
+                    (sample_rngs(self.seed, self.epoch, i) if self.transform is not None else nullcontext()):
                 item = self._decode(s, i, sample)
             yield item
 

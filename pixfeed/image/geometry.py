@@ -15,12 +15,22 @@ torchvision's rounding:
 * ``RandomResizedCrop.get_params``: ten tries of a log-uniform aspect and a
   uniform area fraction, sides ``int(round(sqrt(area * aspect)))``, top then
   left drawn uniformly; else the largest center box within the ratio bounds,
-  offsets floored.  The draws come from a NumPy generator.
+  offsets floored.  The draws come from a NumPy generator, or from a record's
+  ``pixfeed.seeds.Draws`` (its counter-based numbers, handed out in the same order).
+
+``plans(w, h, size, crop, draws)`` makes a whole batch's plans in one vectorised
+step (``Plans``: arrays, ``plans[j]`` sample j's ``Plan``), equal to ``plan`` with
+each sample's ``Draws``: ``random_boxes`` replays the ten tries of every sample at
+once (try t takes numbers 2t and 2t+1; the first that fits takes the next two for
+top and left, the one after for the flip; none fits: the fallback box, number 20
+for the flip).
 """
 from __future__ import annotations
 
 import math
 from typing import NamedTuple, Optional, Tuple
+
+import numpy as np
 
 from ..errors import OptionError
 
@@ -106,6 +116,91 @@ def plan(w: int, h: int, size: Size, resize_mode: str = "crop", crop: str = "cen
         return Plan(None, (w, h), (rw, rh), ((W - rw) // 2, (H - rh) // 2))
     rw, rh = cover(w, h, size, crop_ratio)
     return Plan(None, (w, h), (rw, rh), (center_offset(rw, W), center_offset(rh, H)))
+
+
+def random_boxes(w, h, draws: np.ndarray, scale=SCALE, ratio=RATIO) -> Tuple[np.ndarray, np.ndarray]:
+    """(N x 4 int64 boxes, N bool flips) of N images ``w`` x ``h`` (arrays or ints), sample k's as ``plan``
+    draws them from ``Draws(draws[k])`` (``draws``: N x 23 numbers in [0, 1), ``seeds.uniforms``)."""
+    u = np.asarray(draws, dtype=np.float64)
+    n = len(u)
+    w = np.broadcast_to(np.asarray(w, dtype=np.int64), (n,))
+    h = np.broadcast_to(np.asarray(h, dtype=np.int64), (n,))
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    target = (w * h).astype(np.float64)[:, None] * (scale[0] + (scale[1] - scale[0]) * u[:, 0:20:2])
+    aspect = np.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * u[:, 1:20:2])
+    cw, ch = np.rint(np.sqrt(target * aspect)), np.rint(np.sqrt(target / aspect))
+    fits = (cw > 0) & (cw <= w[:, None]) & (ch > 0) & (ch <= h[:, None])
+    found, t = fits.any(1), fits.argmax(1)
+    rows = np.arange(n)
+    cw, ch = cw[rows, t].astype(np.int64), ch[rows, t].astype(np.int64)
+    top = np.floor(u[rows, np.minimum(2 * t + 2, 22)] * (h - ch + 1)).astype(np.int64)
+    left = np.floor(u[rows, np.minimum(2 * t + 3, 22)] * (w - cw + 1)).astype(np.int64)
+    flip = u[rows, np.where(found, 2 * t + 4, 20)] < 0.5
+    # none of the ten fits: the largest center box within the ratio bounds
+    tall, wide = w / h < min(ratio), w / h > max(ratio)
+    fw = np.where(wide, np.rint(h * max(ratio)).astype(np.int64), w)
+    fh = np.where(tall, np.rint(w / min(ratio)).astype(np.int64), h)
+    cw, ch = np.where(found, cw, fw), np.where(found, ch, fh)
+    left, top = np.where(found, left, (w - cw) // 2), np.where(found, top, (h - ch) // 2)
+    return np.stack([left, top, left + cw, top + ch], 1), flip
+
+
+class Plans:
+    """A batch's plans as arrays: ``box`` N x 4 (left, top, right, bottom; the whole image when not
+    cropped), ``src`` N x 2 (each oriented image's W, H), ``scaled`` and ``offset`` N x 2, ``flip`` N;
+    ``random``: boxes were drawn (else ``Plan.box`` is None).  ``plans[j]`` is sample j's ``Plan``."""
+    __slots__ = ("box", "src", "scaled", "offset", "flip", "random")
+
+    def __init__(self, box, src, scaled, offset, flip, random: bool) -> None:
+        self.box, self.src, self.scaled, self.offset, self.flip = box, src, scaled, offset, flip
+        self.random = random
+
+    def __len__(self) -> int:
+        return len(self.box)
+
+    def __getitem__(self, j: int) -> Plan:
+        scaled, offset = tuple(self.scaled[j].tolist()), tuple(self.offset[j].tolist())
+        if self.random:
+            box = tuple(self.box[j].tolist())
+            return Plan(box, (box[2] - box[0], box[3] - box[1]), scaled, offset, bool(self.flip[j]))
+        return Plan(None, tuple(self.src[j].tolist()), scaled, offset, bool(self.flip[j]))
+
+    def __iter__(self):
+        return (self[j] for j in range(len(self)))
+
+    @classmethod
+    def of(cls, plans) -> "Plans":
+        """``Plans`` of a sequence of ``Plan`` (or itself)."""
+        if isinstance(plans, Plans):
+            return plans
+        plans = list(plans)
+        box = np.array([p.box if p.box is not None else (0, 0, *p.src) for p in plans], np.int64).reshape(-1, 4)
+        src = np.array([p.src if p.box is None else (p.box[2], p.box[3]) for p in plans], np.int64).reshape(-1, 2)
+        return cls(box, src, np.array([p.scaled for p in plans], np.int64).reshape(-1, 2),
+                   np.array([p.offset for p in plans], np.int64).reshape(-1, 2),
+                   np.array([bool(p.flip) for p in plans], bool), any(p.box is not None for p in plans))
+
+
+def plans(w, h, size: Size, crop: str = "center", draws: Optional[np.ndarray] = None,
+          crop_ratio: float = 1.0) -> Plans:
+    """``plan(w[k], h[k], size, "crop", crop, Draws(draws[k]), crop_ratio)`` for every k in one vectorised
+    step: a random-resized crop (``crop="random"``, ``draws`` N x 23 numbers) or Resize + CenterCrop."""
+    w, h = np.atleast_1d(np.asarray(w, dtype=np.int64)), np.atleast_1d(np.asarray(h, dtype=np.int64))
+    n = len(draws) if crop == "random" else max(len(w), len(h))
+    w, h = np.broadcast_to(w, (n,)), np.broadcast_to(h, (n,))
+    H, W = size
+    src = np.stack([w, h], 1)
+    if crop == "random":
+        box, flip = random_boxes(w, h, draws)
+        return Plans(box, src, np.broadcast_to(np.array([W, H], np.int64), (n, 2)), np.zeros((n, 2), np.int64),
+                     flip, True)
+    th, tw = resize_target(H, crop_ratio), resize_target(W, crop_ratio)
+    tall = th * w >= tw * h  # the height binds
+    rw = np.where(tall, np.maximum(1, (th * w / h).astype(np.int64)), tw)
+    rh = np.where(tall, th, np.maximum(1, (tw * h / w).astype(np.int64)))
+    offset = np.stack([np.rint((rw - W) / 2.0), np.rint((rh - H) / 2.0)], 1).astype(np.int64)
+    box = np.concatenate([np.zeros((n, 2), np.int64), src], 1)
+    return Plans(box, src, np.stack([rw, rh], 1), offset, np.zeros(n, bool), False)
 
 
 def center_slices(h: int, w: int, size: Size) -> Tuple[slice, slice]:
