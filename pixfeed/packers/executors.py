@@ -28,9 +28,9 @@ from typing import Callable, Iterator, List, Optional
 import numpy as np
 
 from ..machine.cpus import available_cpus
-from ..errors import OptionError
+from ..errors import OptionError, SourceError
 from . import forkpool, interrupt
-from .tasks import Executor, run_task
+from .tasks import Executor, first_bad, run_task
 from .writer import TaskResult, Writer
 
 EXECUTORS = ("local", "ray")
@@ -44,13 +44,19 @@ def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", pro
 
     results = []
     bar = Bar(total=len(writer.source), unit="img", disable=not progress, dynamic_ncols=True)
-    with bar, contextlib.closing(executor.run(writer, tasks)) as outputs:
-        for r in outputs:
-            interrupt.check()
-            results.append(r)
-            writer.task_done(r)
-            done(r)
-            bar.update(len(tasks[r.task]))
+    try:
+        with bar, contextlib.closing(executor.run(writer, tasks)) as outputs:
+            for r in outputs:
+                interrupt.check()
+                results.append(r)
+                writer.task_done(r)
+                done(r)
+                bar.update(len(tasks[r.task]))
+    except SourceError as e:  # named as the first bad image in source order, in every format (tasks.first_bad)
+        first = first_bad(writer, tasks, [r.task for r in results], e)
+        if first is e:
+            raise
+        raise first from None
     return sorted(results, key=lambda r: r.task)
 
 

@@ -22,6 +22,7 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
                 rec = load_record(writer.source, i, writer.opts, result.notes, data, writer.needs_shape)
             except SourceError as e:
                 if writer.opts.on_error == "fail":
+                    e.source_index = i  # for first_bad: the error a pack reports is the first in source order
                     raise
                 result.skipped.append({"path": writer.source.paths[i], "reason": str(e)})
                 continue
@@ -39,6 +40,28 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
         stream = FieldParts(writer.root).tee(task, stream)
     result.extra = writer.write_task(task, indices, stream)
     return result
+
+
+def first_bad(writer: Writer, tasks: List[np.ndarray], finished: Sequence[int], error: SourceError) -> SourceError:
+    """The error of the bad source image first in source order, whatever order the tasks met them in
+    (a wds pack's tasks hold shuffled samples; parallel tasks race): ``error`` came from the source
+    image ``error.source_index``; the images before it that no finished task packed are checked here,
+    in source order, by the tasks' own rule (``load_record``), and the first that fails wins.  Every
+    format so names the same file for the same folder."""
+    failed = getattr(error, "source_index", None)
+    if failed is None:
+        return error
+    packed = np.zeros(failed, dtype=bool)
+    for t in finished:
+        done = tasks[t][tasks[t] < failed]
+        packed[done] = True
+    earlier = np.flatnonzero(~packed)
+    for i, data in writer.source.fetch(earlier):
+        try:
+            load_record(writer.source, i, writer.opts, [], data, writer.needs_shape)
+        except SourceError as e:
+            return e
+    return error
 
 
 class Executor:
