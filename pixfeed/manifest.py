@@ -84,9 +84,11 @@ def read_manifest(root: str | os.PathLike, storage_options: dict | None = None, 
 
 
 def _read_remote(url: str, storage_options: dict | None) -> dict:
+    from .storage.bounded import MANIFEST_BYTES, read_object
+
     store = Store(url, storage_options)
     try:
-        text = store.read(MANIFEST_NAME)
+        text = read_object(store, MANIFEST_NAME, MANIFEST_BYTES, store.url_of(MANIFEST_NAME), "manifest")
     except DatasetNotFoundError as e:
         if isinstance(e, BucketNotFoundError):
             raise

@@ -88,7 +88,9 @@ def claim_folder(root, overwrite: bool = False, option: str = "DIR") -> Path:
                           "pixfeed sample writes into a missing or empty folder: name another")
     if not overwrite:
         raise OptionError(f"{option} {root}: holds a sample pixfeed wrote; pass --overwrite to replace it")
-    listed = set(mark.read_text(encoding="utf-8").splitlines()[1:])
+    from .storage.bounded import MANIFEST_BYTES, read_file
+
+    listed = set(read_file(mark, MANIFEST_BYTES, mark, "sample list").decode("utf-8", "replace").splitlines()[1:])
     foreign = [f for f in _files(root) if f not in listed]
     if foreign:
         raise OptionError(f"{option} {root}: holds {foreign[0]}, which pixfeed sample did not write; "

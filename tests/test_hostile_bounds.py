@@ -175,3 +175,86 @@ def test_a_file_hdf5_cannot_open_is_named(packed, tmp_path, capsys):
     assert code == 2 and "data.h5" in err and "HDF5 cannot open" in err, err
     code, out, err = in_process(capsys, "verify", ds, "-q")
     assert code == 1 and "HDF5 cannot open" in out, out
+
+
+# ---- item 9: --index and --class-names read as bounded regular files ----
+
+def limited_run(*args, memory: int = 3 << 30, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess whose address space is capped at ``memory`` (generous: a pack takes well
+    under it), so a read that grows without end fails fast instead of exhausting the machine."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    code = "import sys; from pixfeed.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=cap)
+
+
+@pytest.fixture
+def index_src(tmp_path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jpg").write_bytes(jpeg())
+    (tmp_path / "index.csv").write_text("path,label\na.jpg,0\n")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    return src
+
+
+@pytest.mark.parametrize("option", ["--index", "--class-names"])
+def test_a_fifo_as_index_or_class_names_is_refused_unopened(index_src, tmp_path, capsys, option):
+    index = [] if option == "--index" else ["--index", tmp_path / "index.csv"]
+    code, out, err = in_process(capsys, "pack", index_src, tmp_path / "dst", "--format", "mmap", "--size", "8",
+                                *index, option, tmp_path / "fifo", "-q")
+    assert code == 2 and f"{option} {tmp_path / 'fifo'}: is a FIFO" in err, err
+    assert not (tmp_path / "dst").exists()
+
+
+def test_a_link_to_dev_zero_as_index_or_class_names_is_refused_unread(index_src, tmp_path):
+    for args in (["--index", tmp_path / "zero"], ["--index", tmp_path / "index.csv", "--class-names", tmp_path / "zero"]):
+        r = limited_run("pack", index_src, tmp_path / "dst", "--format", "mmap", "--size", "8", *args, "-q")
+        one_line_error(r, str(args[-1]), "is a device")
+    r = limited_run("bench", index_src, "--index", tmp_path / "zero", "--formats", "mmap")
+    one_line_error(r, "zero", "is a device")
+
+
+def test_an_index_over_its_limit_is_refused_before_it_is_read(index_src, tmp_path, capsys, monkeypatch):
+    import pixfeed.sources.index as index_module
+    monkeypatch.setattr(index_module, "INDEX_BYTES", 10)
+    code, out, err = in_process(capsys, "pack", index_src, tmp_path / "dst", "--index", tmp_path / "index.csv", "-q")
+    assert code == 2 and "index.csv" in err and "limit of 10 bytes" in err, err
+
+
+# ---- item 10: a bucket's manifest and index within the same limits as local ones ----
+
+def test_a_bucket_manifest_or_index_over_the_limit_is_refused_fetching_no_more(
+        packed, bucket, s3_server, tmp_path, monkeypatch):
+    from pixfeed import open_dataset
+    from pixfeed.errors import OverLimitError
+    from pixfeed.storage import bounded
+    from pixfeed.storage.store import Store
+    so, url = s3_server.options, f"{bucket}/ds"
+    store = Store(url, so)
+    local = packed("mmap", "pixels")
+    for path in local.iterdir():
+        store.write(path.name, path.read_bytes() + (b" " * 4000 if path.name == "pixfeed.json" else b""))
+    store.write("index.csv", b"path,label\n" + b"a.jpg,0\n" * 500)
+    fetched = []
+    read_range = Store.read_range
+    monkeypatch.setattr(Store, "read_range", lambda self, name, start, end: fetched.append((name, end)) or
+                        read_range(self, name, start, end))
+    size = len(store.read("pixfeed.json"))
+    monkeypatch.setattr(bounded, "MANIFEST_BYTES", size - 1)
+    with deadline(30), pytest.raises(OverLimitError, match="pixfeed.json"):
+        open_dataset(url, storage_options=so, cache_dir=tmp_path / "cache")
+    assert fetched == [("pixfeed.json", size)]  # one byte past the limit, no more
+    monkeypatch.setattr(bounded, "MANIFEST_BYTES", size)
+    assert len(open_dataset(url, storage_options=so, cache_dir=tmp_path / "cache")) == 8
+    import pixfeed.sources.index as index_module
+    monkeypatch.setattr(index_module, "INDEX_BYTES", 1000)
+    src = tmp_path / "src"
+    src.mkdir()
+    with deadline(30), pytest.raises(OverLimitError, match="index.csv"):
+        from pixfeed.sources.index import scan_index
+        scan_index(f"{url}/index.csv", src, storage_options=so)

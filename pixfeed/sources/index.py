@@ -32,8 +32,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..storage.bounded import int64
-from ..errors import OptionError, OutsideSourceError, PixfeedError, SourceError
+from ..storage.bounded import INDEX_BYTES, int64, read_file, read_object
+from ..errors import OptionError, OutsideSourceError, OverLimitError, PixfeedError, SourceError
 from ..fields import Field, check_name, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import is_missing, parse
 from .folder import Source
@@ -137,12 +137,14 @@ def _read_index(index, storage_options) -> tuple:
         prefix, _, name = str(index).rstrip("/").rpartition("/")
         store = Store(prefix, storage_options)
         try:
-            return store.read(name), store.url_of(name)
+            return read_object(store, name, INDEX_BYTES, f"--index {index}", "index file"), store.url_of(name)
+        except OverLimitError:
+            raise
         except PixfeedError as e:
             raise SourceError(f"--index {index}: cannot read ({e})") from None
     path = Path(index)
-    try:
-        return path.read_bytes(), str(path)
+    try:  # a regular file only (a FIFO would block, /dev/zero never end), within INDEX_BYTES
+        return read_file(path, INDEX_BYTES, f"--index {path}", "index file"), str(path)
     except OSError as e:
         raise SourceError(f"--index {path}: cannot read ({e.strerror or e})") from None
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import OptionError, SourceError
+from ..storage.bounded import NAMES_BYTES, read_file
 from ..fields import Field
 
 
@@ -133,8 +133,8 @@ def read_class_names(value, what: str = "--class-names") -> Optional[List[str]]:
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)):
-        try:
-            text = Path(value).read_text(encoding="utf-8-sig")
+        try:  # a regular file only (a FIFO would block, /dev/zero never end), within NAMES_BYTES
+            text = read_file(value, NAMES_BYTES, f"{what} {value}", "class names file").decode("utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise OptionError(f"{what} {value}: cannot read ({getattr(e, 'strerror', None) or e})") from None
         stripped = text.strip()

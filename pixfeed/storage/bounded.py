@@ -22,6 +22,8 @@ CELL_CHARS = 64 << 20      # one CSV cell (Python's csv module stops at 128 KiB;
 COLUMNS = 4096             # columns of one index file (each becomes a field)
 SPARSE = 64                # a JSONL table may fill at most 64 x the cells its rows hold (+ 1M) with nulls
 MANIFEST_BYTES = 256 << 20  # pixfeed.json, keys.json
+INDEX_BYTES = 16 << 30     # an --index file (CSV, JSONL, Parquet: read whole; Parquet may hold the image bytes)
+NAMES_BYTES = 256 << 20    # a --class-names file
 INT64 = (-(1 << 63), (1 << 63) - 1)  # labels and sizes are stored as int64
 
 
@@ -60,6 +62,15 @@ def read_file(path, limit: int, where: Optional[object] = None, what: str = "fil
         return parts[0] if len(parts) == 1 else b"".join(parts)
     finally:
         os.close(fd)
+
+
+def read_object(store, name: str, limit: int, where: object, what: str = "file") -> bytes:
+    """The bytes of the object ``name`` of a bucket ``store`` (pixfeed.storage.store.Store), at most
+    ``limit`` of them: no more than one byte past the limit is fetched, a larger object an OverLimitError
+    naming ``where``, as ``read_file`` refuses a larger local file."""
+    data = store.read_range(name, 0, limit + 1)
+    check_size(len(data), limit, where, what)
+    return data
 
 
 def open_regular(path, where: Optional[object] = None) -> int:
