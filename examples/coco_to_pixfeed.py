@@ -4,15 +4,17 @@ masks rasterised from the polygons and decoded from RLE (``iscrowd`` regions).
     python examples/coco_to_pixfeed.py --make-sample coco-sample          # a tiny synthetic COCO-style sample
     python examples/coco_to_pixfeed.py coco-sample/annotations.json coco-sample/images DST [--format wds]
 
-Each image becomes one sample: ``image`` (its file), ``label`` (the category of its first annotation),
+Each image becomes one sample: ``image`` (its file), ``label`` (the category of its first annotation, -1
+(unlabelled) for an image without any),
 ``boxes`` (float32 [N, 4] xyxy from COCO's [x, y, w, h]), ``box_classes`` (int64 [N], one per box, dropped
 with the boxes a crop leaves empty) and ``mask`` (HxW uint8: each pixel the category id of the last
 annotation covering it, 0 for background).  An annotation's segmentation is a list of polygons, or run-length
 encoded as pycocotools' ``annToMask`` reads it: ``{"counts": [...], "size": [h, w]}`` (uncompressed, the
 ``iscrowd`` form) or ``{"counts": "<COCO's compressed string>", "size": [h, w]}``, decoded here in NumPy
 (column-major, as COCO stores masks; ``rle_decode``) so pycocotools is not needed.  The classes are named from
-the file's ``categories`` (``class_names=``: label i is category id i; ids no category uses keep their number
-as name).  The images are read in parallel, one image per input of ``pack_samples(fn, DST, inputs=...)``.
+the file's ``categories`` (``class_names=``: label i is category id i, as in the masks and ``box_classes``;
+id 0, the masks' background, is named "background" unless a category has it; other ids no category uses
+keep their number as name).  The images are read in parallel, one image per input of ``pack_samples(fn, DST, inputs=...)``.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ class CocoSamples:
                 draw.polygon([tuple(p) for p in np.reshape(polygon, (-1, 2))], fill=a["category_id"])
         boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)], np.float32).reshape(-1, 4)
         yield {"image": self.images / entry["file_name"], "key": Path(entry["file_name"]).stem,
-               "label": anns[0]["category_id"] if anns else 0, "boxes": boxes,
+               "label": anns[0]["category_id"] if anns else -1, "boxes": boxes,
                "box_classes": np.array([a["category_id"] for a in anns], np.int64), "mask": np.asarray(mask)}
 
 
@@ -99,14 +101,15 @@ def rle_decode(rle: dict, shape: tuple, where: str = "an RLE") -> np.ndarray:
 
 
 def class_names(categories: list) -> list:
-    """Names for labels 0..max id: each category's name at its id; an id without a category keeps its number
-    (as pack_samples names integer labels), or, where a category is named so, "unused <id>"."""
+    """Names for labels 0..max id: each category's name at its id; 0, the masks' background, "background"
+    when no category has that id; another id without a category keeps its number (as pack_samples names
+    integer labels); where a category is named so already, "unused <id>"."""
     names = {int(c["id"]): str(c["name"]) for c in categories}
     if not names:
         return []
     out = []
     for i in range(max(names) + 1):
-        name = names.get(i, str(i))
+        name = names.get(i, "background" if i == 0 else str(i))
         out.append(name if i in names or name not in names.values() else f"unused {i}")
     return out
 

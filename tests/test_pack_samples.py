@@ -89,6 +89,8 @@ def test_the_coco_example_lines_masks_and_boxes_up_with_the_images(coco, tmp_pat
     root = coco.make_sample(tmp_path / "sample", count=8)
     m = coco.convert(root / "annotations.json", root / "images", tmp_path / "ds", "mmap", store="encoded")
     assert m["count"] == 8 and [f["name"] for f in m["schema"]] == ["boxes", "box_classes", "mask"]
+    assert m["classes"] == ["background", "red", "green", "blue"]  # id 0, the masks' background: not "0"
+    assert coco.class_names([{"id": 0, "name": "person"}, {"id": 2, "name": "car"}]) == ["person", "1", "car"]
     ds = open_dataset(tmp_path / "ds", fields=("image", "mask", "boxes", "box_classes"), size=40, crop="random")
     agree = total = 0
     for i in range(len(ds)):

@@ -13,7 +13,7 @@ import pytest
 import webdataset as wds
 from PIL import Image
 
-from conftest import sized
+from conftest import make_tree, sized
 from pixfeed import registry
 from pixfeed.cli import main
 from pixfeed.datasets import open_dataset
@@ -219,3 +219,19 @@ def test_shards_walked_on_workers_give_the_pack_of_one_walk(tmp_path):
         [s for s in one["skipped"] if "lonely" in s["reason"]] != []
     a, b = open_dataset(tmp_path / "one"), open_dataset(tmp_path / "two")
     assert [a.key(i) for i in range(len(a))] == [b.key(i) for i in range(len(b))]
+
+
+def test_shards_pixfeed_wrote_keep_their_class_names(tmp_path):
+    """Their .json members name each .cls label's class: the classes stay named, and the .json (the old
+    pack's bookkeeping) is no field of the new pack."""
+    src = make_tree(tmp_path / "src")
+    pack(src, tmp_path / "wds", "wds", workers=1, shard_size=5)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for shard in (tmp_path / "wds").glob("*.tar"):
+        (shards / shard.name).write_bytes(shard.read_bytes())  # the shards alone, no pixfeed.json
+    m = pack(shards, tmp_path / "again", "mmap", store="encoded", workers=1)
+    assert m["classes"] == ["cat", "dog", "eel"] and m["schema"] == []
+    ds = open_dataset(tmp_path / "again")
+    assert sorted(ds.classes[int(ds[i][1])] + "/" for i in range(len(ds))) == sorted(
+        p.parent.name + "/" for p in src.rglob("img*"))

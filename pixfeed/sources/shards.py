@@ -19,7 +19,8 @@ ranged GET), in shard order.
 By extension: the image is the member whose extension is ``jpg``, ``jpeg``,
 ``png`` or ``webp`` (``--image-ext`` picks one when a sample has several);
 ``cls`` is the label (a class index, -1 for unlabelled; the classes are
-named "0", "1", ... or by ``--class-names``; -1 without any ``cls``); ``txt``, ``text`` and
+named "0", "1", ... or by ``--class-names``, or, in shards pixfeed wrote, by the ``class`` of
+their ``.json`` members; -1 without any ``cls``); ``txt``, ``text`` and
 ``caption`` are ``str`` fields, ``json`` a ``json`` field, ``npy`` an
 ``ndarray`` field (NumPy's format, no pickle), a multi-dot image extension
 (``K.depth.png``) an ``image`` field, anything else ``bytes``; ``--field
@@ -412,6 +413,33 @@ def _parse(where: str, key: str, ext: str, parse):
     return parsed
 
 
+PIXFEED_META = {"key", "label", "class", "size", "index", "xxh3_64", "fields"}  # pixfeed's own .json (packers/wds.py)
+
+
+def _own_class_names(samples: list, labels: np.ndarray) -> Optional[List[str]]:
+    """Shards pixfeed wrote: every sample's ``.json`` is pixfeed's meta member, naming the class of its
+    ``.cls`` label (``"class": "boat"``).  Then the class names are those (label k: the name its samples
+    carry, one name a label, a name a label) and the ``.json`` members, the old pack's bookkeeping, are
+    no field of the new one; else None, and nothing changes."""
+    metas = [s["fields"].get("json") for _, _, s in samples]
+    if not all(m is not None and isinstance(m[1], dict) and "class" in m[1] and set(m[1]) <= PIXFEED_META
+               for m in metas):
+        return None
+    named: Dict[int, str] = {}
+    for label, (_, meta) in zip(labels.tolist(), metas):
+        name = meta["class"]
+        if label < 0:
+            continue
+        if not isinstance(name, str) or named.setdefault(label, name) != name:
+            return None
+    top = int(labels.max()) if len(labels) else -1
+    if sorted(named) != list(range(top + 1)) or len(set(named.values())) != len(named):
+        return None
+    for _, _, s in samples:
+        del s["fields"]["json"]
+    return [named[k] for k in range(top + 1)]
+
+
 def _source(src, root, names: List[str], store: Optional[Store], samples: list, notes: List[str],
             given: Sequence[str], class_names=None) -> ShardSource:
     keys = [key for _, key, _ in samples]
@@ -428,6 +456,8 @@ def _source(src, root, names: List[str], store: Optional[Store], samples: list, 
         raise SourceError(f"{src}: sample {keys[i]!r} has a .cls member but {keys[j]!r} has none; every sample "
                           "needs its label (-1 for unlabelled), or none")
     check_labels(labels, lambda k: f"{names[samples[k][0]]}: member {keys[k]}.cls")
+    if class_names is None and has.all():
+        class_names = _own_class_names(samples, labels)
     classes = id_classes(labels, class_names)  # .cls: class indices, -1 unlabelled
     note = has.any() and unlabelled_note(labels, f"{src}: .cls")
     if note:
