@@ -186,11 +186,11 @@ class ImageRecords(FieldValues):
             return keyindex.read_all(self.path, entry, self.manifest["count"])
         return [self.key(i) for i in range(len(self))]
 
-    def lazy_extents(self, name: str, load, whole=()) -> Extents:
-        """Where records lie in data file ``name``, made by ``load()`` when read-ahead first needs them; their
-        mean length from the manifest meanwhile."""
+    def lazy_extents(self, name: str, ranges, whole=()) -> Extents:
+        """Where records lie in data file ``name``: ``ranges(records)`` gives (starts, lengths) of the
+        records read-ahead asks for, a window at a time; their mean length from the manifest."""
         mean = self.manifest["files"][name]["bytes"] / max(len(self), 1)
-        return Extents(self.path / name, whole=list(whole), load=load, mean_length=mean)
+        return Extents(self.path / name, whole=list(whole), ranges=ranges, count=len(self), mean_length=mean)
 
     def where(self, i: int) -> str:
         try:

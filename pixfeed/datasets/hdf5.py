@@ -119,20 +119,28 @@ class H5ImageDataset(MapImageDataset):
             data = f[self._records_name]
             if data.chunks is None or data.id.get_create_plist().get_nfilters():
                 return None
-        return self.lazy_extents(layout.DATA, self._walk_extents)
+        return self.lazy_extents(layout.DATA, self._record_ranges)
 
-    def _walk_extents(self) -> tuple:
+    def _record_ranges(self, records: np.ndarray) -> tuple:
+        """(starts, lengths) of ``records``, looked up for a window of the order at a time: a pixels
+        record is its chunk; an encoded one its heap collection, read from the chunks of references that
+        hold the records (a collection also holding records of a neighbouring chunk is undersized: a
+        shorter hint, never a wrong read)."""
         import h5py
 
+        records = np.asarray(records, np.int64)
         with h5py.File(self.data_file(layout.DATA), "r") as f:
             data = f[self._records_name]
-            chunks = []
-            data.id.chunk_iter(lambda c: chunks.append((c.chunk_offset[0], c.byte_offset, c.size)))
-            chunks.sort()
             if self.store == "pixels":
-                return np.array([c[1] for c in chunks], np.int64), np.array([c[2] for c in chunks], np.int64)
-            refs = b"".join(data.id.read_direct_chunk((first,))[1] for first, _, _ in chunks)
-        return _heap_extents(refs, len(self))
+                zeros = (0,) * (len(data.shape) - 1)
+                info = [data.id.get_chunk_info_by_coord((i, *zeros)) for i in records.tolist()]
+                return np.array([c.byte_offset for c in info], np.int64), np.array([c.size for c in info], np.int64)
+            per = data.chunks[0]
+            firsts = np.unique(records // per)
+            refs = b"".join(data.id.read_direct_chunk((int(first) * per,))[1] for first in firsts)
+        starts, sizes = _heap_extents(refs, len(refs) // _VLEN_REF.itemsize)
+        at = np.searchsorted(firsts, records // per) * per + records % per
+        return starts[at], sizes[at]
 
 
 CHUNK_BYTES = 64 << 20  # one HDF5 chunk beyond one record (HDF5 reads and decompresses a whole chunk)

@@ -170,21 +170,21 @@ class LmdbImageDataset(MapImageDataset):
             self._mapped = 0
 
     def record_extents(self) -> Extents:
-        """Where each record's value lies in ``data.mdb``: found when read-ahead first needs them (a walk
-        over every record)."""
-        return self.lazy_extents(DATA, self._walk_extents)
+        """Where each record's value lies in ``data.mdb``: looked up for the records read-ahead is about to
+        request, a window of the order at a time (nothing per record kept)."""
+        return self.lazy_extents(DATA, self._value_ranges)
 
-    def _walk_extents(self) -> tuple:
+    def _value_ranges(self, records: np.ndarray) -> tuple:
         path = self.path / DATA
-        starts, lengths = np.empty(len(self), np.int64), np.empty(len(self), np.int64)
+        starts, lengths = np.empty(len(records), np.int64), np.empty(len(records), np.int64)
         with environment(str(path)).begin(buffers=True) as txn:
-            base = mapping_base(path)
-            for i in range(len(self)):
+            base, end = mapping_base(path), mapped_end(str(path))
+            for j, i in enumerate(np.asarray(records).tolist()):
                 value = txn.get(record_key(i))
                 if value is None:
                     raise CorruptDataError(f"{self.where(i)}: key {record_key(i).decode()} missing from {path}")
-                starts[i], lengths[i] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
-                if base + starts[i] + lengths[i] > mapped_end(str(path)):
+                starts[j], lengths[j] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
+                if base + starts[j] + lengths[j] > end:
                     raise CorruptDataError(f"{self.where(i)}: key {record_key(i).decode()} runs past the end of "
                                            f"{path}")
         return starts, lengths

@@ -191,17 +191,26 @@ class MmapImageDataset(MapImageDataset):
                 shape, offset = npy_layout(self.data_file(layout.IMAGES))
             row = int(np.prod(shape[1:]))
 
-            def rows() -> tuple:  # made when read-ahead needs them: 8 bytes a record
-                starts = offset + row * np.arange(shape[0], dtype=np.int64)
-                return starts, np.broadcast_to(np.int64(row), starts.shape)
-            return Extents(self.path / layout.IMAGES, whole=meta, load=rows, mean_length=float(row))
-        return self.lazy_extents(layout.DATA, self._encoded_extents, [*meta, self.path / layout.OFFSETS])
+            def rows(records: np.ndarray) -> tuple:  # arithmetic: nothing per record kept
+                starts = offset + row * records.astype(np.int64)
+                return starts, np.full(len(starts), row, np.int64)
+            return Extents(self.path / layout.IMAGES, whole=meta, ranges=rows, count=shape[0],
+                           mean_length=float(row))
+        offsets = self.path / layout.OFFSETS
+        return self.lazy_extents(layout.DATA, OffsetRanges(offsets), [*meta, offsets])
 
-    def _encoded_extents(self) -> tuple:
-        """(starts, lengths): starts a view of the mapped offsets, lengths made when read-ahead needs them."""
-        offsets = np.load(self.path / layout.OFFSETS, mmap_mode="r", allow_pickle=False)  # shared, not copied
-        offsets = offsets.view(np.int64) if offsets.dtype == np.uint64 else offsets.astype(np.int64, copy=False)
-        lengths = np.diff(offsets)
-        if len(lengths) and lengths.max() < 2**31:
-            lengths = lengths.astype(np.int32)  # half the memory of a per-record array the planner keeps
-        return offsets[:-1], lengths
+
+class OffsetRanges:
+    """(starts, lengths) of records from the memory-mapped ``offsets.npy`` (mapped when first asked:
+    shared pages, nothing per record copied)."""
+
+    def __init__(self, path) -> None:
+        self.path, self.offsets = path, None
+
+    def __call__(self, records: np.ndarray) -> tuple:
+        if self.offsets is None:
+            offsets = np.load(self.path, mmap_mode="r", allow_pickle=False)
+            self.offsets = offsets.view(np.int64) if offsets.dtype == np.uint64 else offsets
+        records = np.asarray(records, np.int64)
+        starts = self.offsets[records].astype(np.int64)
+        return starts, self.offsets[records + 1].astype(np.int64) - starts

@@ -70,58 +70,78 @@ class Hinter:
 
 
 class _Requests(threading.Thread):
-    """The thread that issues the requests, woken as the handed-out position moves."""
+    """The thread that issues the requests, woken as the handed-out position moves.
+
+    It keeps no per-record array of the epoch: ``extents.of`` gives the byte ranges of the positions it
+    is about to request (a slice of the order), and ``ends`` holds the cumulative lengths of the
+    positions requested and not yet handed out (``window`` below: at most the budget's records)."""
 
     def __init__(self, extents: Extents, idx: np.ndarray, budget: int, drop_behind: Optional[int]) -> None:
         super().__init__(name="pixfeed-io-ahead", daemon=True)
-        self.extents, self.budget, self.drop_behind, self.dropped = extents, budget, drop_behind, 0
-        self.starts = extents.starts[idx]
-        self.ends = np.cumsum(extents.lengths[idx], dtype=np.int64)  # lengths are its differences: not kept
-        self.position, self.hinted, self.stopped = 0, 0, False
+        self.extents, self.idx, self.budget, self.drop_behind = extents, idx, max(int(budget), 1), drop_behind
+        self.position, self.hinted, self.dropped, self.stopped = 0, 0, 0, False
+        self.wake_at = 0  # the reader wakes the thread when it reaches this position
+        self.lo, self.ends = 0, np.zeros(0, np.int64)  # positions lo..hinted-1: cumulative lengths from lo
         self.wake = threading.Event()
 
     def reached(self, position: int) -> None:
         self.position = position
-        if self._due():
+        if position >= self.wake_at:
             self.wake.set()
 
     def stop(self) -> None:
         self.stopped = True
         self.wake.set()
 
-    def _due(self) -> bool:
-        done = int(self.ends[self.position - 1]) if self.position else 0
-        left = int(self.ends[self.hinted - 1]) - done if self.hinted else 0
-        return self.hinted < len(self.ends) and (self.hinted <= self.position or left < self.budget - self.budget // REFILLS)
-
     def run(self) -> None:
         _request_whole(self.extents.whole)
         fd = os.open(self.extents.path, os.O_RDONLY)
         try:
-            while not self.stopped and self.hinted < len(self.ends):
-                if not self._due():
+            while not self.stopped and self.hinted < len(self.idx):
+                if self.position < self.wake_at:
                     self.wake.wait()
                     self.wake.clear()
                     continue
-                done = int(self.ends[self.position - 1]) if self.position else 0
-                stop = max(int(np.searchsorted(self.ends, done + self.budget, "right")), self.position + 1)
-                will_need(fd, self.starts[self.hinted:stop], self._lengths(self.hinted, stop))
-                self.hinted = stop
-                self._drop(fd)
+                self._top_up(fd, self.position)
+                self._drop(fd, self.position)
         finally:
             os.close(fd)
 
+    def _top_up(self, fd: int, position: int) -> None:
+        """Request records until those handed out from ``position`` on fill the budget (at least the one
+        at ``position``), then set the position at which a top-up of an eighth of the budget is due."""
+        if position >= self.hinted:  # the reader caught up: what it passed is requested as it goes
+            starts, lengths = self.extents.of(self.idx[self.hinted:position])
+            will_need(fd, starts, lengths)
+            self.lo = self.hinted = position
+            self.ends = np.zeros(0, np.int64)
+        else:  # forget the positions handed out
+            done = int(self.ends[position - self.lo - 1]) if position > self.lo else 0
+            self.ends, self.lo = self.ends[position - self.lo:] - done, position
+        ahead = int(self.ends[-1]) if len(self.ends) else 0
+        mean = max(self.extents.mean_length, 1.0)
+        while self.hinted < len(self.idx) and ahead < self.budget:
+            count = min(len(self.idx) - self.hinted, int((self.budget - ahead) / mean * 1.25) + 1)
+            starts, lengths = self.extents.of(self.idx[self.hinted:self.hinted + count])
+            ends = ahead + np.cumsum(lengths)
+            take = int(np.searchsorted(ends, self.budget, "right")) or int(self.hinted == position)
+            if not take:
+                break
+            will_need(fd, starts[:take], lengths[:take])
+            self.ends = np.concatenate([self.ends, ends[:take]])
+            self.hinted += take
+            ahead = int(ends[take - 1])
+            if take < count:
+                break
+        due = int(np.searchsorted(self.ends, ahead - (self.budget - self.budget // REFILLS), "right")) + 1
+        self.wake_at = max(min(self.lo + due, self.hinted), position + 1)
 
-    def _drop(self, fd: int) -> None:
-        if self.drop_behind is None or self.position - self.drop_behind <= self.dropped:
+    def _drop(self, fd: int, position: int) -> None:
+        if self.drop_behind is None or position - self.drop_behind <= self.dropped:
             return
-        end = self.position - self.drop_behind
-        dont_need(fd, self.starts[self.dropped:end], self._lengths(self.dropped, end))
+        end = position - self.drop_behind
+        dont_need(fd, *self.extents.of(self.idx[self.dropped:end]))
         self.dropped = end
-
-    def _lengths(self, start: int, stop: int) -> np.ndarray:
-        """The lengths of the records at positions ``start:stop`` of the epoch."""
-        return np.diff(self.ends[start:stop], prepend=self.ends[start - 1] if start else 0)
 
 
 def _request_whole(paths: List) -> None:

@@ -34,35 +34,43 @@ _MADV_DONTNEED = 4
 
 class Extents:
     """Record ``i`` of a dataset is ``lengths[i]`` bytes at ``starts[i]`` of ``path``; ``whole``
-    lists small files (labels, checksums) read for every record, best cached whole.  With ``load``
-    instead of the arrays, they are made by ``load()`` when first used (LMDB finds them by walking
-    every record: never at ``make_loader``, only in an epoch that asks for read-ahead);
-    ``mean_length`` is known before that."""
+    lists small files (labels, checksums) read for every record, best cached whole.  With ``ranges``
+    instead of the arrays, ``of(records)`` asks ``ranges(records)`` for the records read-ahead is
+    about to request, a window of the order at a time: nothing per record is kept (a row arithmetic,
+    the dataset's memory-mapped offsets, a lookup per record; LMDB's never at ``make_loader``, only in
+    an epoch that asks for read-ahead); ``count`` records, ``mean_length`` known before any."""
 
     def __init__(self, path, starts: Optional[np.ndarray] = None, lengths: Optional[np.ndarray] = None,
-                 whole: Optional[List[Path]] = None, *, load: Optional[Callable[[], tuple]] = None,
-                 mean_length: Optional[float] = None) -> None:
+                 whole: Optional[List[Path]] = None, *,
+                 ranges: Optional[Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]] = None,
+                 count: Optional[int] = None, mean_length: Optional[float] = None) -> None:
         self.path, self.whole = path, list(whole or [])
-        self._arrays = None if starts is None else (starts, lengths)
-        self._load, self._mean = load, mean_length
+        self._arrays = None if starts is None else (np.asarray(starts), np.asarray(lengths))
+        self._ranges, self._mean = ranges, mean_length
+        self.count = len(self._arrays[0]) if self._arrays is not None else count
 
-    def _loaded(self) -> tuple:
-        if self._arrays is None:
-            self._arrays = self._load()
-        return self._arrays
+    def of(self, records: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """(starts, lengths) as int64 of ``records`` (an array of record indices), in their order."""
+        records = np.asarray(records)
+        if self._arrays is not None:
+            return (self._arrays[0][records].astype(np.int64, copy=False),
+                    self._arrays[1][records].astype(np.int64, copy=False))
+        starts, lengths = self._ranges(records)
+        return np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
 
     @property
     def starts(self) -> np.ndarray:
-        return self._loaded()[0]
+        """Every record's start (made whole when asked: tools over every record, not read-ahead)."""
+        return self._arrays[0] if self._arrays is not None else self.of(np.arange(self.count))[0]
 
     @property
     def lengths(self) -> np.ndarray:
-        return self._loaded()[1]
+        return self._arrays[1] if self._arrays is not None else self.of(np.arange(self.count))[1]
 
     @property
     def mean_length(self) -> float:
         if self._mean is None:
-            self._mean = float(self.lengths.mean()) if len(self.lengths) else 1.0
+            self._mean = float(self.lengths.mean()) if self.count else 1.0
         return self._mean
 
 
