@@ -40,7 +40,7 @@ QUASI_CHUNKS = 4  # cache chunks per quasi-random chunk (their edges do not alig
 
 def record_chunks(cache: ChunkCache, extents: Extents, records: np.ndarray) -> tuple:
     """(positions, chunks): every chunk each record of ``records`` covers, by the record's position, in order."""
-    starts, lengths = extents.starts[records], extents.lengths[records]
+    starts, lengths = extents.of(records)
     first, last = starts // cache.chunk, (starts + np.maximum(lengths, 1) - 1) // cache.chunk
     counts = last - first + 1
     positions = np.repeat(np.arange(len(records)), counts)
@@ -100,7 +100,7 @@ class _Walk(threading.Thread):
         super().__init__(name="pixfeed-fetch-ahead", daemon=True)
         self.f, self.uses, self.cache = fetcher, uses, fetcher.cache
         self.pos, self.ids = record_chunks(self.cache, fetcher.extents, own)
-        self.ends = np.cumsum(fetcher.extents.lengths[own])
+        self.ends = np.cumsum(fetcher.extents.of(own)[1])
         world, rank = fetcher.sampler.num_replicas, fetcher.sampler.rank
         self.times = rank + world * np.arange(len(own))
         self.max_chunks = max(1, self.cache.limit // self.cache.chunk * 3 // 4)
