@@ -100,9 +100,11 @@ def _read_remote(url: str, storage_options: dict | None) -> dict:
 def parse_manifest(text: str | bytes, where: object = MANIFEST_NAME) -> dict:
     """Parse and validate manifest text: the one parser, used by read_manifest and
     fuzzed by the property tests."""
-    try:
-        manifest = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    from .storage.bounded import MANIFEST_OBJECTS, loads
+
+    try:  # what the parse may build bounded by an estimate from the text, before it runs
+        manifest = loads(text, where, MANIFEST_OBJECTS)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DatasetError(f"{where}: manifest is not valid JSON ({e})") from None
     validate(manifest, where)
     return manifest

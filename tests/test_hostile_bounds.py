@@ -258,3 +258,31 @@ def test_a_bucket_manifest_or_index_over_the_limit_is_refused_fetching_no_more(
     with deadline(30), pytest.raises(OverLimitError, match="index.csv"):
         from pixfeed.sources.index import scan_index
         scan_index(f"{url}/index.csv", src, storage_options=so)
+
+
+# ---- item 11: what parsing a manifest may build is bounded; verify parses it once ----
+
+def test_a_manifest_of_empty_lists_is_refused_before_it_is_parsed(packed, tmp_path, capsys, monkeypatch):
+    """16 MiB of empty lists is ~300 MB of Python lists a parse: refused by its text's estimate, in every
+    command, before json builds anything."""
+    ds = copy(packed("mmap", "pixels"), tmp_path)
+    m = json.loads((ds / "pixfeed.json").read_text())
+    text = json.dumps(m)[:-1] + ', "skipped": [' + ",".join(["[]"] * (5 << 20)) + "]}"
+    (ds / "pixfeed.json").write_text(text)
+    parsed = []
+    monkeypatch.setattr(json, "loads", lambda *a, **k: parsed.append(1) or pytest.fail("parsed"))
+    for args, want in ((["verify", ds, "-q"], 2), (["info", ds], 2), (["pack", ds, tmp_path / "re", "-q"], 2)):
+        code, out, err = in_process(capsys, *args)
+        assert code == want and "pixfeed.json" in err and "objects" in err and err.count("\n") == 1, (args, err)
+    assert not parsed
+
+
+def test_verify_parses_the_manifest_once(packed, capsys, monkeypatch):
+    from pixfeed.storage import bounded
+    loads, parsed = bounded.loads, []
+    monkeypatch.setattr(bounded, "loads", lambda text, where, *a: parsed.append(str(where)) or loads(text, where, *a))
+    for fmt, store in (("mmap", "pixels"), ("lmdb", "encoded"), ("wds", "encoded")):
+        parsed.clear()
+        code, out, err = in_process(capsys, "verify", packed(fmt, store), "-q")
+        assert code == 0, (out, err)
+        assert sum(w.endswith("pixfeed.json") for w in parsed) == 1, parsed

@@ -75,10 +75,11 @@ class ImageRecords(FieldValues):
                  checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
                  storage_options: Optional[dict] = None, cache_dir=None, cache_limit=None, chunk_bytes=None,
                  storage_timeout: float = TIMEOUT, fields: Optional[Sequence[str]] = BUILTIN,
-                 allow_links: bool = False):
+                 allow_links: bool = False, manifest: Optional[dict] = None):
         if not is_url(path) and local_path(path).is_dir():  # before anything in it is read
             check_dataset_links(local_path(path), allow_links)
-        self.manifest = read_manifest(path, storage_options, allow_links)
+        # manifest: what read_manifest returned for this path, not parsed again (open_dataset, verify)
+        self.manifest = manifest if manifest is not None else read_manifest(path, storage_options, allow_links)
         self.allow_links = allow_links  # symbolic links, HDF5 external links and storage (docs/untrusted-data.md)
         self.remote = Store(path, storage_options) if is_url(path) else None
         self.chunks = None  # a ChunkCache when the data file is read through chunks (pixfeed.storage.chunked)

@@ -7,6 +7,8 @@ from ..registry import reader_class
 
 def open_dataset(path, transform=None, **kwargs):
     """Open any pixfeed dataset (a folder or a URL); keyword arguments go to the reader
-    (size=, crop=, checksums=, storage_options=, cache_dir=, cache_limit=, ...)."""
-    manifest = read_manifest(path, kwargs.get("storage_options"), kwargs.get("allow_links", False))
-    return reader_class(manifest["format"])(path, transform, **kwargs)
+    (size=, crop=, checksums=, storage_options=, cache_dir=, cache_limit=, ...; manifest=: what
+    ``read_manifest`` returned for ``path``, not read again)."""
+    if kwargs.get("manifest") is None:  # parsed once, here, for the reader too
+        kwargs["manifest"] = read_manifest(path, kwargs.get("storage_options"), kwargs.get("allow_links", False))
+    return reader_class(kwargs["manifest"]["format"])(path, transform, **kwargs)

@@ -22,6 +22,7 @@ CELL_CHARS = 64 << 20      # one CSV cell (Python's csv module stops at 128 KiB;
 COLUMNS = 4096             # columns of one index file (each becomes a field)
 SPARSE = 64                # a JSONL table may fill at most 64 x the cells its rows hold (+ 1M) with nulls
 MANIFEST_BYTES = 256 << 20  # pixfeed.json, keys.json
+MANIFEST_OBJECTS = 256 << 20  # the Python objects parsing pixfeed.json may build, estimated (json_cost)
 INDEX_BYTES = 16 << 30     # an --index file (CSV, JSONL, Parquet: read whole; Parquet may hold the image bytes)
 NAMES_BYTES = 256 << 20    # a --class-names file
 INT64 = (-(1 << 63), (1 << 63) - 1)  # labels and sizes are stored as int64
@@ -94,9 +95,23 @@ def special_kind(path) -> Optional[str]:
     return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind(mode)
 
 
-def loads(text, where: object) -> Any:
+def json_cost(text) -> int:
+    """An upper estimate of the bytes of the Python objects ``json.loads(text)`` builds (CPython, 64-bit),
+    from its text alone: each ``{`` 160 (a dict), ``[`` 72 (a list), ``,`` 80 (an item: a string or float
+    and its pointer), ``:`` 64 (a key), plus the text.  The text's size alone bounds nothing: a 16 MiB file
+    of empty lists is 300 MB of lists."""
+    count = text.count if isinstance(text, str) else (lambda c: text.count(c.encode()))
+    return 160 * count("{") + 72 * count("[") + 80 * count(",") + 64 * count(":") + len(text)
+
+
+def loads(text, where: object, objects: Optional[int] = None) -> Any:
     """``json.loads``, nesting too deep for Python's parser (about 1,000 levels) an OverLimitError naming
-    ``where``, not a RecursionError; other errors as json.loads raises them (ValueError)."""
+    ``where``, not a RecursionError; with ``objects``, text whose ``json_cost`` is over it an
+    OverLimitError before it is parsed; other errors as json.loads raises them (ValueError)."""
+    if objects is not None and json_cost(text) > objects:
+        raise OverLimitError(f"{where}: parsing it would build about {json_cost(text) >> 20:,} MiB of objects "
+                             f"(it is {len(text):,} bytes, mostly brackets and separators), over pixfeed's limit "
+                             f"of {objects >> 20} MiB (docs/untrusted-data.md)")
     try:
         return json.loads(text)
     except RecursionError:

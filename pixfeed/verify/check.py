@@ -57,14 +57,15 @@ class Report:
 
 
 def verify(path, deep: bool = False, progress: Progress = None, storage_options: Optional[dict] = None,
-           allow_links: bool = False) -> Report:
+           allow_links: bool = False, manifest: Optional[dict] = None) -> Report:
     """Check the dataset at ``path`` (a folder or a URL: its objects are hashed as they stream,
     records are read as the reader reads them); raise DatasetError only if its manifest is unusable.
     Nothing outside the dataset is read: a file reached through a symbolic link (or an HDF5 external
-    link or storage) is a problem, not read, unless ``allow_links``."""
+    link or storage) is a problem, not read, unless ``allow_links``.  ``manifest``: what ``read_manifest``
+    returned for ``path`` (parsed once)."""
     remote = Store(path, storage_options) if is_url(path) else None
     root = remote.url if remote else local_path(path)
-    manifest = read_manifest(root, storage_options, allow_links)
+    manifest = manifest if manifest is not None else read_manifest(root, storage_options, allow_links)
     report = Report(root)
     linked = (lambda name: None) if remote or allow_links else (lambda name: link_problem(root, name))
     report.problems += _check_files(root, manifest, report, remote, linked)
@@ -152,7 +153,7 @@ def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
 
     try:
         ds = open_dataset(str(root), checksums=True, storage_options=storage_options, fields=None,
-                          allow_links=allow_links)
+                          allow_links=allow_links, manifest=manifest)
         if not isinstance(ds, CheckedReads):
             yield from _check_stream(ds, manifest, deep, report, progress)
             return

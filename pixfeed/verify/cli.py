@@ -10,10 +10,11 @@ from ..console.words import plural, printable
 
 def cmd_verify(args) -> int:
     options = options_from_args(args.storage_option)
-    total = read_manifest(args.dst, options, args.allow_links)["count"]
+    manifest = read_manifest(args.dst, options, args.allow_links)  # parsed once, for every check
+    total = manifest["count"]
     with Bar(total=total, unit="rec", disable=not shown(args.quiet), dynamic_ncols=True) as bar:
         report = verify(args.dst, deep=args.deep, progress=bar.update, storage_options=options,
-                        allow_links=args.allow_links)
+                        allow_links=args.allow_links, manifest=manifest)
     for problem in report.problems:
         print(f"FAIL {printable(problem)}")
     if not args.quiet or report.problems:
