@@ -30,6 +30,7 @@ import numpy as np
 from ..machine.cpus import available_cpus
 from ..errors import OptionError, SourceError
 from . import forkpool, interrupt
+from .sizes import upscale_note
 from .tasks import Executor, first_bad, run_task
 from .writer import TaskResult, Writer
 
@@ -57,7 +58,11 @@ def run_tasks(writer: Writer, tasks: List[np.ndarray], executor: "Executor", pro
         if first is e:
             raise
         raise first from None
-    return sorted(results, key=lambda r: r.task)
+    results.sort(key=lambda r: r.task)
+    note = upscale_note(results, writer.opts, writer.source)
+    if note and results:
+        results[0].notes.append(note)  # a pack-wide note, carried with the first task's into the manifest's notes
+    return results
 
 
 def _init_worker(parent: int) -> None:

@@ -100,6 +100,10 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
             scan_source(src, opts, storage_options, walk)
     if opts.per_box:
         source.per_box = per_box_fields(source.schema, opts.per_box)
+    if options.get("size") is None and not repack:  # small images of one size: not upscaled to the default
+        from .sizes import keep_source_size
+
+        opts = keep_source_size(source, opts)
     tmp = _local_tmp(dst, source) if upload is None else _bucket_tmp(upload, source)
     with interrupt.signals():
         return _pack(fmt, cls, opts, executor, upload, dst, source, tmp, progress)

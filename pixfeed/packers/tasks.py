@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import SourceError
 from .fieldparts import FieldParts
 from .records import Record, load_record
+from .sizes import scale
 from .writer import TaskResult, Writer
 
 
@@ -26,6 +27,11 @@ def run_task(writer: Writer, task: int, indices) -> TaskResult:
                     raise
                 result.skipped.append({"path": writer.source.paths[i], "reason": str(e)})
                 continue
+            if rec.encoding == "raw" and rec.source_shape:
+                enlarged = scale(rec.source_shape, writer.opts.size, writer.opts.resize)
+                if enlarged > 1:
+                    result.upscaled += 1
+                    result.upscale_max = max(result.upscale_max, enlarged)
             result.kept.append(rec.index)
             result.checksums.append(rec.checksum)
             result.stored_bytes += rec.data.nbytes if isinstance(rec.data, np.ndarray) else len(rec.data)

@@ -27,6 +27,8 @@ class TaskResult:
     extra: object = None
     field_lengths: List[List[int]] = field(default_factory=list)    # per kept record, per schema field
     field_checksums: List[List[int]] = field(default_factory=list)  # xxh3_64 of those stored bytes
+    upscaled: int = 0          # pixels: images enlarged to the stored size (sizes.scale > 1)
+    upscale_max: float = 0.0   # the most a side of one of them was enlarged
 
 
 class Writer:
