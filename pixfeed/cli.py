@@ -19,7 +19,7 @@ from .layouts.hdf5 import COMPRESSIONS
 from .manifest import STORES
 from .registry import FORMATS
 from .storage.options import add_argument, options_from_args
-from .console.words import human_bytes, plural, printable
+from .console.words import human_bytes, plural, printable, printable_json
 
 # modules that add a subcommand with add_command(subparsers); one line per command
 COMMANDS: list = [
@@ -147,7 +147,7 @@ def cmd_info(args) -> int:
 
     m = read_manifest(args.path, options_from_args(args.storage_option))
     if args.json:
-        print(json.dumps(m, indent=1, ensure_ascii=False))
+        print(printable_json(json.dumps(m, indent=1, ensure_ascii=False)))
         return 0
     total = sum(f["bytes"] for f in m["files"].values())
     classes = m["classes"]
@@ -165,8 +165,8 @@ def cmd_info(args) -> int:
     if m.get("shards"):
         rows.insert(5, ("shards", len(m["shards"])))
     width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  " + "\n".join(map(printable, str(v).split("\n"))))  # input's names, escaped
+    for k, v in rows:  # a value's lines are its own (a list), escaped one by one: input's newlines too
+        print(f"{k:<{width}}  " + "\n".join(printable(line) for line in (v if isinstance(v, list) else [v])))
     return 0
 
 
@@ -178,14 +178,15 @@ def _skip_line(skip: dict) -> str:
     return skip["reason"] if skip["path"] in skip["reason"] else f"{skip['path']}: {skip['reason']}"
 
 
-def _skipped(skipped: list) -> str:
-    """'0', or the count and the first files with their reasons ('pixfeed info --json' lists them all)."""
+def _skipped(skipped: list):
+    """'0', or the lines of the count and the first files with their reasons ('pixfeed info --json' lists
+    them all)."""
     if not skipped:
         return "0"
     lines = [_skip_line(s) for s in skipped[:SKIPPED_SHOWN]]
     more = len(skipped) - SKIPPED_SHOWN
     tail = [f"and {more} more (pixfeed info --json lists them all)"] if more > 0 else []
-    return f"{len(skipped)}:\n" + "\n".join(f"  {line}" for line in lines + tail)
+    return [f"{len(skipped)}:", *(f"  {line}" for line in lines + tail)]
 
 
 def _field_spec(item: dict) -> str:

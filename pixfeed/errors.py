@@ -70,6 +70,20 @@ class OverwriteRefusedError(OptionError):
     holding the source."""
 
 
+class DestinationChangedError(OverwriteRefusedError):
+    """Something appeared at DST (or the dataset there changed) while the pack ran: it is left as it is, and
+    only what the pack made is removed."""
+
+
+class NotOursError(OverwriteRefusedError):
+    """Leftovers pixfeed cannot prove it made (a ``.pixfeed-packing`` marker, a temporary folder's name)
+    are never deleted: a name or a marker anyone could write authorises nothing."""
+
+
+class NoSpaceError(OutputError):
+    """The file system holding DST has less free space than a pack would reserve (checked before reserving)."""
+
+
 def require_int(name: str, value: Any, minimum: int, auto: bool = False) -> int:
     """``value`` if it is an integer >= ``minimum`` (not a bool), else an OptionError naming ``name``;
     ``auto`` says that the caller also takes "auto" (checked before calling)."""

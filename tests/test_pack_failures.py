@@ -246,16 +246,16 @@ def test_a_signal_while_the_dataset_is_published_leaves_it_published(tmp_path, m
     and then ends nothing: the pack returns its dataset (the CLI exits 0), whole; a later check does
     not raise either.  Before, the KeyboardInterrupt came out of the rename and the CLI said nothing
     was written, with the dataset in place."""
-    from pixfeed.packers import interrupt, pipeline
+    from pixfeed.packers import interrupt, replace
 
     src = make_tree(tmp_path / "src")
-    real = pipeline._replace
+    real = replace.publish
 
-    def signalled(tmp, dst):
+    def signalled(*args):
         os.kill(os.getpid(), signal.SIGINT)  # held back while the dataset is published
-        real(tmp, dst)
+        real(*args)
 
-    monkeypatch.setattr(pipeline, "_replace", signalled)
+    monkeypatch.setattr(replace, "publish", signalled)
     m = pack(src, tmp_path / "ds", "mmap", size=16, workers=1)
     assert m["count"] == 12 and verify(tmp_path / "ds").ok and interrupt.published()
     assert _leftovers(tmp_path) == []

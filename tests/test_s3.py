@@ -10,7 +10,7 @@ import pytest
 from conftest import fail_record_at, make_tree
 from pixfeed.storage import cache
 from pixfeed.datasets import WdsImageDataset, open_dataset
-from pixfeed.errors import CorruptDataError, DatasetNotFoundError, OptionError, SourceError, StorageError
+from pixfeed.errors import CorruptDataError, DatasetNotFoundError, NotOursError, OptionError, SourceError, StorageError
 from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
 from pixfeed.storage.store import Store
@@ -72,13 +72,15 @@ def test_failed_pack_leaves_no_manifest_and_next_pack_clears_a_killed_one(tree, 
         pack(tree, url, "wds", shard_size=2, shuffle=False, workers=1, storage_options=so)
     assert Store(url, so).list() == {}  # what it had uploaded (shards 0-3) was removed
     monkeypatch.undo()  # the real record loader again
-    killed = Store(url, so)  # what a killed pack leaves: the marker and some shards, no manifest
-    killed.write(".pixfeed-packing", b"")
-    killed.write("shard-000007.tar", b"half")
+    planted = Store(url, so)  # what a killed pack leaves, the marker and some shards, as anyone could write it
+    planted.write(".pixfeed-packing", b"")
+    planted.write("shard-000007.tar", b"half")
     with pytest.raises(DatasetNotFoundError, match="no pixfeed.json"):
         open_dataset(url, storage_options=so)
-    m = pack(tree, url, "wds", shard_size=4, storage_options=so)
-    assert sorted(killed.list()) == sorted([*m["files"], "pixfeed.json"])
+    with pytest.raises(NotOursError, match="no record of"):  # no proof pixfeed wrote them: nothing deleted
+        pack(tree, url, "wds", shard_size=4, storage_options=so)
+    assert planted.list() == {".pixfeed-packing": 0, "shard-000007.tar": 4}
+    # a pack really killed midway is cleared: tests/test_hostile_publish.py
 
 
 def test_overwrite_rules_match_local_folders(tree, bucket, s3_server):

@@ -28,3 +28,13 @@ def printable(text: object) -> str:
     bidi overrides) shown as Python escapes (``\\x1b``), so names and cells from input cannot move the
     cursor, retitle the terminal or forge a line of output.  Used where a message quotes input."""
     return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
+def printable_json(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``, which escapes only C0 controls) with every other
+    character ``printable`` escapes written as a JSON escape (``\\u009b``, ``\\u202e``): still the same
+    JSON, and a terminal shows it as text.  Such characters can only stand inside JSON strings."""
+    return _BEYOND_C0.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_BEYOND_C0 = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # _CONTROL but C0 (JSON escapes those)

@@ -33,7 +33,7 @@ from typing import Iterator, Optional
 _PR_SET_PDEATHSIG = 1
 SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _received: Optional[int] = None
-_publishing = _published = False
+_publishing = _published = _holding = False
 
 
 def _raise(signum: int) -> None:
@@ -45,7 +45,7 @@ def _raise(signum: int) -> None:
 def _handle(signum, frame) -> None:
     global _received
     _received = signum
-    if not (_publishing or _published):  # a pack being or already published has nothing left to stop
+    if not (_publishing or _published or _holding):  # a pack being or already published has nothing to stop
         _raise(signum)
 
 
@@ -89,6 +89,19 @@ def publishing() -> Iterator[None]:
         _published = True
     finally:
         _publishing = False
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A step that must run whole (a folder made and recorded as pixfeed's): a signal while it runs is
+    recorded, not raised, and raised (``check``) once the step is done."""
+    global _holding
+    _holding = True
+    try:
+        yield
+    finally:
+        _holding = False
+    check()
 
 
 def published() -> bool:

@@ -9,14 +9,15 @@ cluster); only small metadata (checksums, skipped files) comes back,
 and the driver joins the parts and writes the manifest last.
 
 Output goes to a hidden temporary sibling of DST (``.DST.pixfeed-tmp-PID``)
-and is renamed into place after the manifest is written, so a failed,
-interrupted or killed pack never leaves a directory that looks valid; stale
-temporary directories of dead processes are removed by the next pack.
+and is put in place after the manifest is written (``replace.publish``: DST
+checked again, an old dataset exchanged in one step), so a failed, interrupted
+or killed pack never leaves a directory that looks valid; a dead pack's
+temporary folders are removed by the next pack when its record in the user's
+cache proves pixfeed made them (``replace.remove_leftovers``).
 """
 from __future__ import annotations
 
 import datetime
-import os
 import shutil
 import tempfile
 import time
@@ -42,29 +43,6 @@ from .options import PackOptions
 from .upload import Upload
 from .writer import Writer
 
-def _remove_stale_tmp(dst: Path) -> None:
-    """Remove what dead packs into ``dst`` left: only names this module makes, ``.DST.pixfeed-tmp-PID``
-    and ``.DST.pixfeed-old-PID``, compared as text (a DST named ``*`` matches nothing but its own)."""
-    prefix = f".{dst.name}.pixfeed-"
-    for e in os.scandir(dst.parent):
-        kind, _, pid = e.name[len(prefix):].partition("-") if e.name.startswith(prefix) else ("", "", "")
-        if kind in ("tmp", "old") and pid.isdigit() and pid.isascii() and not _alive(int(pid)):
-            if e.is_dir(follow_symlinks=False):
-                shutil.rmtree(e.path, ignore_errors=True)
-            else:
-                os.unlink(e.path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_options: Optional[dict] = None,
          executor="local", address: Optional[str] = None, task_cpus: Optional[float] = None, **options) -> dict:
     """Pack the image folder ``src`` into a ``format`` dataset at ``dst``; return its manifest.
@@ -88,6 +66,7 @@ def pack(src, dst, format: str = "mmap", *, progress: bool = False, storage_opti
     executor = make_executor(executor, opts.workers, address, task_cpus)
     upload = Upload(dst, storage_options, opts.overwrite) if is_url(dst) else None
     if upload is None:
+        replace.remove_leftovers(local_path(dst))  # first: a replaced dataset a kill left aside is put back
         dst = _local_dst(local_path(dst), opts.overwrite, _sources(src, opts))
     if isinstance(src, Source):  # samples already gathered (pack_samples)
         source = src
@@ -141,7 +120,8 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
     start = time.perf_counter()
     writer: Optional[Writer] = None
     try:
-        tmp.mkdir(exist_ok=upload is not None)
+        if upload is None:
+            replace.make_temporary(tmp)  # recorded as pixfeed's own, for the next pack to clear if this one is killed
         writer = cls(tmp, source, opts)
         done = (lambda r: upload.send(tmp, writer.finished(r))) if upload else (lambda r: None)
         with executor:
@@ -166,7 +146,7 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
         interrupt.check()
         if upload is None:
             with interrupt.publishing():
-                _replace(tmp, dst)
+                replace.publish(tmp, dst, opts.overwrite, [source.root] if source.remote is None else [])
         else:
             upload.commit(tmp, manifest)
             shutil.rmtree(tmp)
@@ -175,7 +155,7 @@ def _pack(fmt, cls, opts: PackOptions, executor, upload: Optional[Upload], dst, 
             writer.abort()
         if upload is not None:
             upload.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
+        replace.discard(tmp) if upload is None else shutil.rmtree(tmp, ignore_errors=True)
         interrupt.check()  # interrupted: whatever the signal broke on its way out (a file closed twice)
         if upload is None and isinstance(e, OSError) and not isinstance(e, PixfeedError):
             raise _output_error(dst, e) from e
@@ -204,8 +184,7 @@ def _local_tmp(dst: Path, source) -> Path:
             dst.parent.resolve().joinpath(dst.name).is_relative_to(source.root.resolve()):
         raise OptionError(f"destination {dst} is inside the source {source.root}, where the next scan would "
                           "find it (as a class folder); choose a DST outside the source")
-    _remove_stale_tmp(dst)
-    return dst.parent / f".{dst.name}.pixfeed-tmp-{os.getpid()}"
+    return replace.leftover(dst, "tmp")
 
 
 def _bucket_tmp(upload: Upload, source) -> Path:
@@ -222,15 +201,10 @@ def _bucket_tmp(upload: Upload, source) -> Path:
 
 def _check_replaceable(dst: Path, overwrite: bool, sources=()) -> None:
     """``--overwrite`` replaces a whole pixfeed dataset that holds none of ``sources``, an empty folder
-    or a symbolic link (the link, not its target); never a file or a folder holding anything else
-    (``replace``)."""
+    or a symbolic link (``replace.check_replaceable``)."""
     if not overwrite:
         raise OptionError(f"destination {dst} exists; pass --overwrite (overwrite=True) to replace it")
-    if dst.is_symlink():
-        return
-    if not dst.is_dir():
-        raise OverwriteRefusedError(f"destination {dst} is a file; {replace.RULE}")
-    replace.check_local(dst, sources)
+    replace.check_replaceable(dst, sources)
 
 
 def _output_error(dst: Path, e: OSError) -> OutputError:
@@ -259,19 +233,3 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp, known: d
         **chunks,
         **extra,
     }
-
-
-def _replace(tmp: Path, dst: Path) -> None:
-    """Move the finished ``tmp`` to ``dst``; an existing ``dst`` is removed only after."""
-    old = None
-    if dst.exists() or dst.is_symlink():
-        old = dst.parent / f".{dst.name}.pixfeed-old-{os.getpid()}"
-        os.rename(dst, old)
-    try:
-        os.rename(tmp, dst)
-    except BaseException:
-        if old is not None:
-            os.rename(old, dst)
-        raise
-    if old is not None:
-        shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()

@@ -1,0 +1,283 @@
+"""Hostile input, second pass (#43 items 1-5, 16): pixfeed deletes only what it can prove it made, publishes
+a pack in one step, reserves disk by what is really there, checks the file it opened rather than the path
+it looked at, and escapes every character of input it prints (docs/untrusted-data.md)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pixfeed
+from conftest import make_tree
+from pixfeed import cli
+from pixfeed.errors import DestinationChangedError, NotOursError, OptionError, OverwriteRefusedError
+from pixfeed.packers import pipeline, replace
+from pixfeed.storage.store import Store
+from pixfeed.verify.check import verify
+
+
+@pytest.fixture
+def src(tmp_path) -> Path:
+    return make_tree(tmp_path / "src", per_class=2)
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def leftovers(parent: Path) -> list:
+    return sorted(p.name for p in parent.iterdir() if ".pixfeed-" in p.name)
+
+
+def run_child(code: str, env: dict = None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python (this test's cache: PIXFEED_CACHE is inherited)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def during_the_pack(monkeypatch, action) -> None:
+    """Run ``action()`` while the pack runs: after its records are written, before its manifest."""
+    real = pipeline.write_manifest
+
+    def write_manifest(root, manifest):
+        action()
+        real(root, manifest)
+    monkeypatch.setattr(pipeline, "write_manifest", write_manifest)
+
+
+# ---- 2. whatever appears at DST while the pack runs is left alone ---------------------------------------
+
+def test_a_folder_that_appears_at_dst_during_the_pack_is_left_alone(tmp_path, src, monkeypatch):
+    dst = tmp_path / "ds"
+    during_the_pack(monkeypatch, lambda: (dst.mkdir(), (dst / "notes.txt").write_text("mine")))
+    with pytest.raises(DestinationChangedError, match="appeared while the pack ran"):
+        pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    assert snapshot(dst) == {"notes.txt": b"mine"} and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("what", ["empty folder", "file", "link"])
+def test_anything_that_appears_at_dst_during_the_pack_is_left_alone(tmp_path, src, monkeypatch, what):
+    """An empty folder too: a plain rename over it would have replaced it silently."""
+    dst = tmp_path / "ds"
+    make = {"empty folder": dst.mkdir, "file": lambda: dst.write_text("mine"),
+            "link": lambda: dst.symlink_to(src)}[what]
+    during_the_pack(monkeypatch, make)
+    with pytest.raises(DestinationChangedError):
+        pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    assert os.path.lexists(dst) and leftovers(tmp_path) == []
+    assert (dst.is_symlink() if what == "link" else dst.is_dir() if what == "empty folder" else
+            dst.read_text() == "mine")
+
+
+def test_overwrite_checks_dst_again_when_it_publishes(tmp_path, src, monkeypatch):
+    """--overwrite checked a whole dataset when the pack started; a file added meanwhile makes it no longer
+    one, and it is refused then, untouched."""
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    during_the_pack(monkeypatch, lambda: (dst / "notes.txt").write_text("mine"))
+    with pytest.raises(OverwriteRefusedError, match="notes.txt"):
+        pixfeed.pack(src, dst, "mmap", size=12, workers=1, overwrite=True)
+    assert (dst / "notes.txt").read_text() == "mine" and json.loads((dst / "pixfeed.json").read_text())["shape"][0] == 8
+    assert leftovers(tmp_path) == []
+
+
+def test_the_cli_names_the_rule_in_one_line(tmp_path, src, monkeypatch, capsys):
+    dst = tmp_path / "ds"
+    during_the_pack(monkeypatch, dst.mkdir)
+    assert cli.main(["pack", str(src), str(dst), "--size", "8", "--workers", "1", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "appeared while the pack ran" in err[0], err
+
+
+# ---- 3. publishing in one step; a kill between two renames loses nothing ----------------------------------
+
+CHILD_PACK = """
+    import os, signal, sys
+    from pixfeed.packers import pack, replace
+    {patch}
+    pack(sys.argv[1], sys.argv[2], "mmap", size=12, workers=1, overwrite=True)
+"""
+
+
+def kill_during_publish(src: Path, dst: Path, patch: str) -> None:
+    code = textwrap.dedent(CHILD_PACK).format(patch=textwrap.dedent(patch).strip())
+    r = subprocess.run([sys.executable, "-c", code, str(src), str(dst)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, (r.returncode, r.stderr)
+
+
+def test_a_kill_between_the_two_renames_of_a_fallback_publish_loses_nothing(tmp_path, src):
+    """Where the file system has no exchange, the old dataset is moved aside first; a SIGKILL right then
+    leaves no DST: the next pack puts the old dataset back (it is the only copy), never deletes it."""
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    before = snapshot(dst)
+    kill_during_publish(src, dst, """
+        replace._renameat2 = lambda a, b, flags: False  # a file system without renameat2
+        real = os.rename
+        def rename(a, b):
+            real(a, b)
+            if ".pixfeed-old-" in str(b):
+                os.kill(os.getpid(), signal.SIGKILL)
+        os.rename = rename
+    """)
+    assert not dst.exists() and any("pixfeed-old" in n for n in leftovers(tmp_path))
+    with pytest.raises(OptionError, match="exists; pass --overwrite"):  # put back first, so DST exists again
+        pixfeed.pack(src, dst, "mmap", size=16, workers=1)
+    assert snapshot(dst) == before and verify(dst).ok and leftovers(tmp_path) == []
+
+
+KILLED_AFTER_EXCHANGE = """
+    def remove(path, st):  # the old dataset is about to be removed, from under the pack's temporary name
+        os.kill(os.getpid(), signal.SIGKILL)
+    replace._remove = remove
+"""
+
+
+def test_a_kill_after_the_exchange_leaves_the_new_dataset_and_the_next_pack_clears_the_old(tmp_path, src):
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    kill_during_publish(src, dst, KILLED_AFTER_EXCHANGE)
+    assert json.loads((dst / "pixfeed.json").read_text())["shape"][0] == 12 and verify(dst).ok
+    assert len(leftovers(tmp_path)) == 1  # the old dataset, under the pack's temporary name
+    pixfeed.pack(src, tmp_path / "other", "mmap", size=8, workers=1)  # another DST: this one's leftovers stay
+    assert len(leftovers(tmp_path)) == 1
+    pixfeed.pack(src, dst, "mmap", size=16, workers=1, overwrite=True)
+    assert leftovers(tmp_path) == [] and verify(dst).ok
+
+
+def test_publish_exchanges_in_one_step_where_the_file_system_can(tmp_path, src, monkeypatch):
+    """The replaced dataset never leaves DST empty: DST is not renamed aside where renameat2 exchanges."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    if not replace._renameat2(tmp_path / "a", tmp_path / "b", replace._EXCHANGE):
+        pytest.skip("this file system has no renameat2(RENAME_EXCHANGE); the fallback is tested above")
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    renamed = []
+    monkeypatch.setattr(replace.os, "rename", lambda a, b: renamed.append((a, b)) or os.replace(a, b))
+    pixfeed.pack(src, dst, "mmap", size=12, workers=1, overwrite=True)
+    assert renamed == [] and verify(dst).ok and leftovers(tmp_path) == []
+
+
+def test_a_planted_leftover_named_like_a_killed_pack_is_not_deleted(tmp_path, src):
+    """A folder renamed to .DST.pixfeed-tmp-PID (a dead pid) is no proof that pixfeed made it."""
+    dead = 4194304 + 4321
+    planted = tmp_path / f".ds.pixfeed-tmp-{dead}"
+    planted.mkdir()
+    (planted / "thesis.tex").write_text("mine")
+    old = tmp_path / f".ds.pixfeed-old-{dead}"
+    old.mkdir()
+    (old / "pixfeed.json").write_text("{}")
+    pixfeed.pack(src, tmp_path / "ds", "mmap", size=8, workers=1)
+    assert (planted / "thesis.tex").read_text() == "mine" and (old / "pixfeed.json").read_text() == "{}"
+
+
+def test_a_leftover_swapped_after_the_kill_is_not_deleted(tmp_path, src):
+    """The record names the folder pixfeed made by its inode: another folder moved to the same name stays."""
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    kill_during_publish(src, dst, KILLED_AFTER_EXCHANGE)
+    [name] = leftovers(tmp_path)
+    os.rename(tmp_path / name, tmp_path / "moved-away")
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "thesis.tex").write_text("mine")
+    pixfeed.pack(src, dst, "mmap", size=16, workers=1, overwrite=True)
+    assert (tmp_path / name / "thesis.tex").read_text() == "mine"
+
+
+# ---- 1. a bucket marker authorises nothing --------------------------------------------------------------
+
+def test_a_planted_marker_does_not_wipe_a_shared_prefix(src, bucket, s3_server):
+    so, url = s3_server.options, f"{bucket}/shared"
+    store = Store(url, so)
+    store.write(".pixfeed-packing", json.dumps({"pixfeed_pack": "0" * 32}).encode())
+    store.write("alice/results.csv", b"a,b\n")
+    store.write("bob/model.pt", b"weights")
+    before = store.list()
+    for overwrite in (False, True):
+        with pytest.raises(NotOursError, match="nothing was touched"):
+            pixfeed.pack(src, url, "mmap", size=8, storage_options=so, overwrite=overwrite)
+        assert store.list() == before
+
+
+def test_a_marker_beside_a_dataset_is_no_licence_either(src, bucket, s3_server):
+    so, url = s3_server.options, f"{bucket}/ds"
+    m = pixfeed.pack(src, url, "mmap", size=8, storage_options=so)
+    store = Store(url, so)
+    store.write(".pixfeed-packing", b"x" * 10000)  # too long to name a pack: read no further
+    before = store.list()
+    with pytest.raises(NotOursError):
+        pixfeed.pack(src, url, "mmap", size=8, storage_options=so, overwrite=True)
+    assert store.list() == before and set(m["files"]) < set(before)
+
+
+BUCKET_CHILD = """
+    import json, os, signal, sys
+    from pixfeed.packers import pack, upload
+    def commit(self, tmp, manifest):
+        self.send(tmp, list(manifest["files"])[:2])
+        self._wait()
+        os.kill(os.getpid(), signal.SIGKILL)  # killed with two files uploaded, before its manifest
+    upload.Upload.commit = commit
+    pack(sys.argv[1], sys.argv[2], "wds", shard_size=2, workers=1, storage_options=json.loads(sys.argv[3]))
+"""
+
+
+def test_a_pack_killed_midway_is_cleared_by_the_next_one_exactly(src, bucket, s3_server):
+    so, url = s3_server.options, f"{bucket}/ds"
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(BUCKET_CHILD), str(src), url, json.dumps(so)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    store = Store(url, so)
+    left = store.list()
+    assert ".pixfeed-packing" in left and "pixfeed.json" not in left and len(left) > 1
+    store.write("carol/notes.txt", b"mine")  # someone else's object beside the leftovers: nothing is deleted
+    with pytest.raises(NotOursError, match="carol/notes.txt"):
+        pixfeed.pack(src, url, "wds", shard_size=4, storage_options=so)
+    assert store.list() == {**left, "carol/notes.txt": 4}
+    store.remove(["carol/notes.txt"])
+    m = pixfeed.pack(src, url, "wds", shard_size=4, storage_options=so)  # its own leftovers: cleared
+    assert sorted(store.list()) == sorted([*m["files"], "pixfeed.json"])
+
+
+def test_objects_that_appear_under_dst_during_a_bucket_pack_are_left_alone(src, bucket, s3_server, monkeypatch):
+    so, url = s3_server.options, f"{bucket}/ds"
+    store = Store(url, so)
+    during_the_pack(monkeypatch, lambda: store.write("dave/plot.png", b"png"))
+    with pytest.raises(DestinationChangedError, match="dave/plot.png"):
+        pixfeed.pack(src, url, "mmap", size=8, storage_options=so)
+    assert store.list() == {"dave/plot.png": 3}
+
+
+# ---- 16. input's newlines are escaped like any control character ------------------------------------------
+
+FORGED = "dog\nchecksum  xxh3_64 (verified OK by pixfeed verify)"
+
+
+def test_info_escapes_newlines_in_class_names_and_skipped_files(tmp_path, src, capsys):
+    os.rename(src / "dog", src / FORGED)
+    (src / "cat" / "bad\nrecords  0 (verified OK).jpg").write_bytes(b"not an image")
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1, on_error="skip")
+    assert cli.main(["info", str(dst)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert not any(line.startswith(("checksum  xxh3_64 (verified", "records  0")) for line in lines), out
+    assert "dog\\nchecksum" in out and "bad\\nrecords" in out
+    assert [line.split()[0] for line in lines if not line.startswith(" ")] == \
+        ["format", "records", "store", "classes", "files", "checksum", "fields", "source", "skipped", "created"]
+
+
+def test_info_json_escapes_c1_controls_and_bidi_overrides(tmp_path, src, capsys):
+    os.rename(src / "dog", src / "dog\x9b2J\u202eevil")
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    assert cli.main(["info", "--json", str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "\x9b" not in out and "\u202e" not in out and "\\u009b2J\\u202eevil" in out
+    assert "dog\x9b2J\u202eevil" in json.loads(out)["classes"]
