@@ -105,3 +105,14 @@ def test_code_blocks_are_collected_from_every_page(pytestconfig):
     assert pytestconfig.getoption("codeblocks")
     paths = pytestconfig.getini("testpaths")
     assert "README.md" in paths and "docs" in paths
+
+
+def test_readme_starts_with_a_light_install_for_the_benchmark_then_the_tests():
+    """The first command installs what `pixfeed bench` needs, not the 2 GB test extra; the second adds the test
+    extra and runs the suite; .ci/run installs every extra the two lines do."""
+    first = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1).splitlines()
+    assert len(first) == 2 and first[0].endswith("pixfeed bench") and "test" not in first[0]
+    assert "'.[test]'" in first[1] and first[1].endswith("python -m pytest -q")
+    extras = {e for line in first for spec in re.findall(r"'\.\[([\w,-]+)\]'", line) for e in spec.split(",")}
+    ci = set(re.search(r"-e '\.\[([\w,-]+)\]'", (ROOT / ".ci" / "run").read_text()).group(1).split(","))
+    assert extras == {"fast", "plot", "test"} and extras <= ci
