@@ -191,3 +191,56 @@ def test_a_forked_child_resizes_a_crop_after_its_parent_used_torch_threads():
         assert not alive and child.exitcode == 0
     finally:
         torch.set_num_threads(threads)
+
+
+def _shift(exact: np.ndarray, fast: np.ndarray) -> np.ndarray:
+    """(x, y) by which ``fast`` is displaced from ``exact``, in output pixels (one Lucas-Kanade step on
+    the images' mean channel, their borders left out)."""
+    e, f = (a.astype(np.float64).mean(2)[2:-2, 2:-2] for a in (exact, fast))
+    gy, gx = np.gradient(e)
+    a = np.array([[np.sum(gx * gx), np.sum(gx * gy)], [np.sum(gx * gy), np.sum(gy * gy)]])
+    return np.linalg.solve(a, [np.sum(gx * (e - f)), np.sum(gy * (e - f))])
+
+
+def test_dct_scaled_random_crops_stay_on_their_box():
+    """A random crop decoded at 1/2-1/8 scale renders the drawn box, not one rounded to that scale's grid
+    (which moved it by up to a quarter of an output pixel, 0.32 measured here): within 1/16 of an output
+    pixel of the exact path, so boxes and masks (which follow the plan) stay on the pixels."""
+    from pixfeed.image import fast as fastdecode, geometry
+
+    w, h = 960, 720
+    noise = np.random.default_rng(0).integers(0, 256, (h // 16, w // 16), dtype=np.uint8)
+    img = Image.fromarray(noise, "L").resize((w, h), Image.BICUBIC).convert("RGB")
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=100)
+    data, worst, scaled = buf.getvalue(), 0.0, 0
+    for seed in range(60):
+        p = geometry.plan(w, h, (32, 32), crop="random", rng=np.random.default_rng(seed))
+        d = fastdecode.dct_divisor(p)
+        if d == 1 or not (p.box[0] % d or p.box[1] % d):
+            continue
+        scaled += 1
+        shift = _shift(decode(data, size=(32, 32), plan=p, exact=True), decode(data, size=(32, 32), plan=p))
+        worst = max(worst, float(np.abs(shift).max()))
+    assert scaled >= 10 and worst <= 1 / 16, (scaled, worst)
+
+
+@pytest.mark.parametrize("orientation", range(2, 9))
+@pytest.mark.parametrize("wh", [(2, 1), (1, 2), (3, 1)])
+def test_tiny_rotated_jpeg_random_crops_reach_torch(tmp_path, orientation, wh):
+    """A JPEG of 1-3 pixels turned by its EXIF orientation: the flipped view has negative strides on axes
+    of length 1, which np.ascontiguousarray keeps and torch refused (a raw ValueError every epoch)."""
+    import torch
+    from pixfeed.image import region as regiondecode
+
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(tmp_path, size=wh, exif=exif.tobytes())
+    for enabled in {False, regiondecode.available()}:
+        regiondecode.ENABLED, saved = enabled, regiondecode.ENABLED
+        try:
+            for seed in range(4):
+                arr = decode(data, size=(224, 224), crop="random", rng=np.random.default_rng(seed))
+                assert torch.from_numpy(arr).shape == (224, 224, 3)
+        finally:
+            regiondecode.ENABLED = saved

@@ -173,3 +173,124 @@ def test_unreadable_file_is_refused_naming_it():
         assert not (work / "ds").exists()
     finally:
         shutil.rmtree(work)
+
+
+# ---- issue 44: every read path reads what a pack accepted, the fast path within its tolerance -------
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+
+
+@pytest.mark.parametrize("region", [False, True])
+def test_every_read_path_reads_every_wild_file_within_tolerance(wild_src, monkeypatch, region):
+    """Exact and fast paths, center and random crops, enlarged (224) and reduced (8): no raw error (a
+    tiny rotated JPEG's flipped view once reached torch with a negative stride), an array torch takes,
+    and the fast path >= 35 dB from the exact one (an enlarged small JPEG was at 30 dB)."""
+    import torch
+    from pixfeed.image import region as regiondecode
+
+    if region and not regiondecode.available():
+        pytest.skip("nvidia-nvimgcodec (pixfeed[region]) is not installed")
+    monkeypatch.setattr(regiondecode, "ENABLED", region)
+    worst = []
+    for path in sorted(p for p in wild_src.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for size in ((224, 224), (8, 8)):
+            for crop, seeds in (("center", [0]), ("random", range(6))):
+                for seed in seeds:
+                    out = [decode(data, size=size, crop=crop, rng=np.random.default_rng(seed), exact=exact,
+                                  where=str(path)) for exact in (True, False)]
+                    for arr in out:
+                        assert arr.shape == (*size, 3) and arr.dtype == np.uint8
+                        assert arr.flags.c_contiguous and min(arr.strides) > 0, (path.name, arr.strides)
+                    torch.from_numpy(out[1])  # the fast path's (writable) array, as a loader takes it
+                    worst.append((_psnr(*out), path.name, size, crop, seed))
+    assert min(worst)[0] >= 35, sorted(worst)[:5]
+
+
+def _bad_and_good(root: Path) -> Path:
+    write_good(root)
+    for case in BAD:
+        write_bad(root, case)
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["mmap", "wds"])
+def test_one_acceptance_rule_for_both_stores_and_full_check(tmp_path, fmt):
+    """Pixels, encoded and encoded --full-check packs of one folder keep the same files and skip the same
+    ones for the same reasons: a PNG with a bad IDAT checksum was refused by the default encoded pack only,
+    so indices differed between stores; --full-check only adds a decode."""
+    src = _bad_and_good(tmp_path / "src")
+    kept, skipped = {}, {}
+    for name, opts in (("pixels", {"store": "pixels", "size": SIZE}), ("encoded", {"store": "encoded"}),
+                       ("full", {"store": "encoded", "full_check": True})):
+        m = pack(src, tmp_path / name, fmt, workers=1, on_error="skip", **opts)
+        keys = json.loads((tmp_path / name / "keys.json").read_text(encoding="utf-8"))
+        kept[name], skipped[name] = keys, {s["path"]: s["reason"] for s in m["skipped"]}
+        assert verify(tmp_path / name, deep=True).ok
+    assert kept["pixels"] == kept["encoded"] == kept["full"]
+    assert skipped["pixels"] == skipped["encoded"] == skipped["full"]
+    assert {Path(p).stem for p in skipped["full"]} >= {"png-bad-idat-crc", "12-bit-jpeg", "many-scans-jpeg"}
+
+
+def test_verify_names_a_record_an_older_pack_let_in(tmp_path, monkeypatch):
+    """A 12-bit JPEG packed encoded before packs refused it: plain verify (not only --deep) names it,
+    since no reader decodes it."""
+    from pixfeed.image import jpeghead
+
+    src = tmp_path / "src"
+    write_image(src / "c" / "good.jpg", fmt="JPEG")
+    write_bad(src, "12-bit-jpeg")
+    monkeypatch.setattr(jpeghead, "refusal", lambda data: None)  # the acceptance of older packs
+    pack(src, tmp_path / "ds", "lmdb", store="encoded", workers=1)
+    monkeypatch.undo()
+    with pytest.raises(PixfeedError, match="12-bit JPEG"):
+        open_dataset(tmp_path / "ds")[[k for k in range(2) if "12-bit" in open_dataset(tmp_path / "ds").key(k)][0]]
+    for deep in (False, True):
+        report = verify(tmp_path / "ds", deep=deep)
+        assert not report.ok and len(report.problems) == 1, report.problems
+        assert "record" in report.problems[0] and "12-bit JPEG" in report.problems[0], report.problems
+
+
+def test_pack_quiet_prints_nothing_and_notes_decoder_warnings(tmp_path):
+    """`pixfeed pack -q` of the wild corpus (good and bad, skipped) prints nothing in either store: Pillow's
+    warnings (corrupt EXIF) become one note per kind, counted, the files named."""
+    src = _bad_and_good(tmp_path / "src")
+    for store in ("pixels", "encoded"):
+        extra = ["--size", str(SIZE)] if store == "pixels" else ["--full-check"]
+        dst = tmp_path / store
+        run = subprocess.run([sys.executable, "-m", "pixfeed.cli", "pack", "-q", "--on-error", "skip", "--store",
+                              store, *extra, str(src), str(dst)], capture_output=True, text=True, check=False)
+        assert run.returncode == 0 and run.stdout == "" and run.stderr == "", (run.stdout, run.stderr)
+        notes = json.loads((dst / "pixfeed.json").read_text(encoding="utf-8"))["notes"]
+        exif = [n for n in notes if n.startswith("decoder warning:")]
+        assert len(exif) == 1 and "(1 file: " in exif[0] and "corrupt-exif.jpg" in exif[0], notes
+
+
+def test_decoder_warnings_at_read_time_go_to_the_log(wild_src, caplog):
+    import logging
+    import warnings
+
+    data = (wild_src / "jpeg v1.0" / "corrupt-exif.jpg").read_bytes()
+    with warnings.catch_warnings(record=True) as shown, caplog.at_level(logging.INFO, "pixfeed.image"):
+        warnings.simplefilter("always")
+        for exact in (True, False):
+            decode(data, size=(16, 16), exact=exact, where="x.jpg")
+    assert shown == [] and any(r.message.startswith("x.jpg: UserWarning: ") for r in caplog.records)
+
+
+@pytest.mark.parametrize("case", ["12-bit-jpeg", "many-scans-jpeg"])
+def test_every_read_path_refuses_what_no_decoder_may_read(tmp_path, case):
+    """A 12-bit JPEG, or one of more than MAX_SCANS scans (counted before decoding: 2,647 scans took
+    minutes a read), is one named ImageDecodeError from every path, and a pack's check."""
+    from pixfeed.errors import ImageDecodeError
+    from pixfeed.image.decode import check_encoded
+
+    data = write_bad(tmp_path, case).read_bytes()
+    calls = [lambda: check_encoded(data, "x.jpg"), lambda: check_encoded(data, "x.jpg", full=True)]
+    calls += [lambda e=e, c=c: decode(data, size=(16, 16), crop=c, exact=e, where="x.jpg")
+              for e in (True, False) for c in ("center", "random")]
+    for call in calls:
+        with pytest.raises(ImageDecodeError, match=r"x\.jpg: (12-bit JPEG|JPEG of 400 scans)"):
+            call()

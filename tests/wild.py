@@ -59,6 +59,57 @@ def _exif_jpeg(path: Path, orientation: int) -> Path:
     return _save(path, Image.fromarray(_pixels(40, 24, seed=orientation)), "JPEG", exif=exif, quality=95)
 
 
+def _tiny_rotated(path: Path, size: Tuple[int, int], orientation: int) -> Path:
+    """A JPEG of a few pixels with an EXIF orientation: turned, some of its axes have length 1."""
+    exif = Image.Exif()
+    exif[ORIENTATION] = orientation
+    return _save(path, Image.fromarray(_pixels(*size, seed=orientation)), "JPEG", exif=exif, quality=95)
+
+
+def _corrupt_exif(path: Path) -> Path:
+    """A JPEG whose EXIF names a tag's data past its end: Pillow warns "Corrupt EXIF data"."""
+    tiff = b"II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHII", 0x010E, 2, 4000, 26) + b"\x00" * 4
+    buf = io.BytesIO()
+    Image.fromarray(_pixels(30, 20, seed=40)).save(buf, "JPEG", quality=90)
+    data = buf.getvalue()
+    app1 = b"Exif\x00\x00" + tiff
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[:2] + b"\xff\xe1" + struct.pack(">H", len(app1) + 2) + app1 + data[2:])
+    return path
+
+
+def _with_icc(path: Path) -> Path:
+    """A JPEG carrying an ICC profile (a made-up sRGB one): decoded as stored, the profile ignored."""
+    from PIL import ImageCms
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    return _save(path, Image.fromarray(_pixels(48, 32, seed=41)), "JPEG", icc_profile=icc, quality=90)
+
+
+def _extraneous(path: Path) -> Path:
+    """A JPEG with stray bytes before its end marker: libjpeg warns "Corrupt JPEG data: 3 extraneous
+    bytes", simplejpeg refuses it, Pillow decodes it."""
+    buf = io.BytesIO()
+    Image.fromarray(_pixels(64, 48, seed=42)).save(buf, "JPEG", quality=90)
+    data = buf.getvalue()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[:-2] + b"\x00\x01\x02" + data[-2:])
+    return path
+
+
+def _banner() -> np.ndarray:
+    """An 88x31 web banner: flat colours and sharp strokes, where the fast IDCT and plain chroma
+    upsampling show once the image is enlarged (30 dB from the exact path before issue 44)."""
+    a = np.zeros((31, 88, 3), np.uint8)
+    a[:] = (30, 60, 160)
+    a[:, 44:] = (220, 200, 40)
+    a[8:23, 5:83:3] = (255, 255, 255)
+    a[12:19, ::5] = (200, 20, 20)
+    return a
+
+
+TINY = [((w, h), k) for (w, h) in ((2, 1), (1, 3), (4, 3)) for k in range(2, 9)]  # (W, H), orientation
+
+
 def write_good(root: Path) -> Path:
     """The valid wild cases, in class folders with dots, spaces and nesting."""
     jpg, png, odd = root / "jpeg v1.0", root / "png.set", root / "odd names"
@@ -86,6 +137,12 @@ def write_good(root: Path) -> Path:
     write_image(odd / "with space.png", fmt="PNG", seed=19)
     write_image(odd / "sub" / "deeper" / "nested.jpg", fmt="JPEG", seed=20)
     write_image(odd / "png named.jpg", fmt="PNG", seed=21)
+    for (w, h), k in TINY:
+        _tiny_rotated(jpg / "tiny" / f"{w}x{h}-orientation-{k}.jpg", (w, h), k)
+    _save(jpg / "banner 88x31.jpg", Image.fromarray(_banner()), "JPEG", quality=75)
+    _corrupt_exif(jpg / "corrupt-exif.jpg")
+    _with_icc(jpg / "icc.jpg")
+    _extraneous(jpg / "extraneous-bytes.jpg")
     return root
 
 
@@ -97,6 +154,45 @@ def _truncated(fmt: str) -> Callable[[Path], None]:
         Image.fromarray(_pixels(160, 120, seed=30)).save(buf, fmt)
         path.write_bytes(buf.getvalue()[: len(buf.getvalue()) * 2 // 3])
     return write
+
+
+def jpeg_12bit(path: Path) -> None:
+    """A JPEG whose frame header gives 12-bit samples: its header parses (simplejpeg's, libjpeg's), no
+    8-bit decoder reads it."""
+    buf = io.BytesIO()
+    Image.fromarray(_pixels(48, 32, seed=31)).save(buf, "JPEG", quality=90)
+    data = buf.getvalue()
+    sof = data.index(b"\xff\xc0")
+    path.write_bytes(data[:sof + 4] + bytes([12]) + data[sof + 5:])
+
+
+def many_scans(path: Path, scans: int = 400) -> None:
+    """A progressive JPEG whose last scan is repeated until it has ``scans`` start-of-scan markers (each
+    one more pass over every block when decoded)."""
+    buf = io.BytesIO()
+    Image.fromarray(_pixels(48, 32, seed=32)).save(buf, "JPEG", quality=90, progressive=True)
+    data = buf.getvalue()
+    last = data.rindex(b"\xff\xda")
+    have = data.count(b"\xff\xda")
+    path.write_bytes(data[:-2] + data[last:-2] * (scans - have) + data[-2:])
+
+
+def _png_bad_crc(path: Path) -> None:
+    """A PNG whose IDAT checksum is wrong (its pixels intact): only a CRC check sees it."""
+    raw = b"".join(b"\x00" + bytes(range(i, i + 30)) for i in range(10))
+    data = bytearray(_png(10, 10, 8, 2, raw))
+    end = data.index(b"IEND") - 4  # the IDAT's CRC is the 4 bytes before IEND's length
+    data[end - 4:end] = bytes(b ^ 0xFF for b in data[end - 4:end])
+    path.write_bytes(bytes(data))
+
+
+def _png_truncated_idat(path: Path) -> None:
+    """A PNG whose IDAT chunk holds fewer bytes than its length says, IEND straight after."""
+    raw = b"".join(b"\x00" + bytes(range(i, i + 30)) for i in range(10))
+    data = _png(10, 10, 8, 2, raw)
+    idat = data.index(b"IDAT") - 4
+    n = struct.unpack(">I", data[idat:idat + 4])[0]
+    path.write_bytes(data[:idat + 8 + n // 2] + data[idat + 8 + n + 4:])
 
 
 def _bomb(path: Path) -> None:
@@ -118,6 +214,10 @@ BAD: Dict[str, Tuple[Callable[[Path], None], str]] = {
     "bomb": (_bomb, "--max-pixels"),
     "broken-symlink": (lambda p: os.symlink("missing-target.jpg", p), "broken symbolic link"),
     "symlink-loop": (_loop, "symbolic link loop"),
+    "12-bit-jpeg": (jpeg_12bit, "12-bit JPEG"),
+    "many-scans-jpeg": (many_scans, "400 scans"),
+    "png-bad-idat-crc": (_png_bad_crc, "damaged PNG"),
+    "png-truncated-idat": (_png_truncated_idat, "PNG"),
 }
 
 

@@ -6,7 +6,11 @@ Rules, the same at pack time (``--store pixels``) and at read time (encoded):
    magic bytes (WebP: ``RIFF`` and form type ``WEBP``), never from its name or
    from anything a dataset says.  An animated WebP gives its first frame.
 2. Pillow's decompression-bomb limit stays on (``max_pixels``, default
-   ``PIL.Image.MAX_IMAGE_PIXELS``); larger images raise ImageDecodeError.
+   ``PIL.Image.MAX_IMAGE_PIXELS``); larger images raise ImageDecodeError, and
+   so do JPEGs that ``jpeghead.refusal`` names (not 8-bit, over ``MAX_SCANS``
+   scans), before any decode.  Decoders' warnings go to the log
+   (``pillow.library_warnings``), never to the terminal.  ICC profiles are
+   ignored (pixels as stored, as Pillow's ``convert`` gives them).
 3. EXIF orientation (tags 2-8) is applied (``ImageOps.exif_transpose``).
 4. Conversion to RGB: grayscale is replicated to three channels; palette
    images are expanded; alpha is dropped (colour channels kept as stored, as
@@ -42,11 +46,13 @@ from ..errors import ImageDecodeError, OptionError
 from .fast import decode_fast
 from .geometry import Plan, Size, check_crop_ratio
 from .jpeghead import probe
-from .pillow import EXTENSIONS, FORMATS, apply_plan, check_limit, open_image, pixel_limit, sniff, to_rgb
+from .pillow import (EXTENSIONS, FORMATS, apply_plan, check_limit, library_warnings, open_image, pixel_limit, sniff,
+                     to_rgb)
 
 __all__ = [  # what the rest of pixfeed takes from here (pillow's primitives re-exported)
     "CROP_MODES", "CROP_RATIO", "EXTENSIONS", "FORMATS", "RESIZE_MODES", "Size", "apply_plan", "check_encoded",
-    "check_limit", "decode", "decode_for_pack", "open_image", "oriented_size", "parse_size", "pixel_limit",
+    "check_limit", "decode", "decode_for_pack", "library_warnings", "open_image", "oriented_size", "parse_size",
+    "pixel_limit",
     "probed", "random_resized_crop", "resize", "sniff", "to_rgb"]
 
 RESIZE_MODES = ("crop", "pad", "stretch")
@@ -97,13 +103,14 @@ def decode(data: bytes, *, size: Optional[Size] = None, resize_mode: str = "crop
         raise OptionError(f"resize mode {resize_mode!r}: expected one of {', '.join(RESIZE_MODES)}")
     crop_ratio = check_crop_ratio(crop_ratio)
     rng = rng if rng is not None or crop != "random" else np.random.default_rng()
-    if not exact:
-        return decode_fast(data, size, resize_mode, crop, crop_ratio, rng, where, max_pixels, plan)
-    img = to_rgb(open_image(data, where, max_pixels), where)
-    if size is not None:
-        p = plan or geometry.plan(*img.size, size, resize_mode, crop, rng, crop_ratio)
-        img = apply_plan(img, p, size)
-    return np.asarray(img, dtype=np.uint8)
+    with library_warnings(where=where):  # Pillow's warnings to the log, not the terminal
+        if not exact:
+            return decode_fast(data, size, resize_mode, crop, crop_ratio, rng, where, max_pixels, plan)
+        img = to_rgb(open_image(data, where, max_pixels), where)
+        if size is not None:
+            p = plan or geometry.plan(*img.size, size, resize_mode, crop, rng, crop_ratio)
+            img = apply_plan(img, p, size)
+        return np.asarray(img, dtype=np.uint8)
 
 
 def decode_for_pack(data: bytes, size: Size, resize_mode: str, where: str,
@@ -145,25 +152,29 @@ def _check_jpeg_end(data: bytes, where: str) -> None:
 
 
 def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, full: bool = False) -> Tuple[str, Size]:
-    """Cheap validity check of encoded bytes; returns (format, (H, W) after orientation).
+    """The pack's acceptance rule, the same for both stores; returns (format, (H, W) after orientation).
 
-    Reads the header, applies the bomb limit, checks that a JPEG ends with its
-    EOI marker, that a PNG's chunk CRCs are intact up to IEND and (``open_image``)
-    that a WebP holds the bytes its RIFF header gives.  ``full``
-    decodes every pixel as well.  A JPEG that the fast decoder reads as Pillow
-    does (``probed``) is not opened with Pillow as well: 8 us an ImageNet JPEG
-    against 56.
+    Reads the header, applies the bomb limit and ``jpeghead.refusal`` (12-bit JPEGs, too many scans),
+    checks that a JPEG ends with its EOI marker, that a PNG's chunk CRCs are intact up to IEND and
+    (``open_image``) that a WebP holds the bytes its RIFF header gives.  ``full`` (``--full-check``,
+    and a pixels pack, which decodes anyway) only adds: every pixel decoded as well.  A JPEG that the
+    fast decoder reads as Pillow does (``probed``) is not opened with Pillow as well: 8 us an ImageNet
+    JPEG against 56.
     """
-    hw = None if full else probed(data, where, max_pixels)
+    hw = None if full else probed(data, where, max_pixels)  # full: Pillow reads the header it decodes
     if hw is not None:
         _check_jpeg_end(data, where)
-        return "JPEG", hw
-    img = open_image(data, where, max_pixels)
-    fmt = img.format
+        fmt = "JPEG"
+    else:
+        fmt, hw = _check_with_pillow(data, where, max_pixels)
     if full:
-        arr = decode(data, where=where, max_pixels=max_pixels, exact=True)
-        return fmt, arr.shape[:2]
-    w, h = img.size
+        hw = decode(data, where=where, max_pixels=max_pixels, exact=True).shape[:2]
+    return fmt, hw
+
+
+def _check_with_pillow(data: bytes, where: str, max_pixels: Optional[int]) -> Tuple[str, Size]:
+    img = open_image(data, where, max_pixels)
+    fmt, (w, h) = img.format, img.size
     if fmt == "JPEG":
         _check_jpeg_end(data, where)
     try:  # reading a PNG's EXIF loads the image, so it fails on damage too

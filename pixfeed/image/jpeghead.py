@@ -7,11 +7,21 @@ YCbCr and grayscale, baseline or progressive, with an orientation read the way
 Pillow reads it (the first ``Exif`` APP1 segment, else XMP's
 ``tiff:Orientation``).  Anything else (CMYK, YCCK, Adobe RGB, a damaged or
 unusual header, an XMP orientation) gets None and goes through Pillow.
+
+``refusal`` says why no path may decode a JPEG, from its markers alone, for the
+pack's check and every read path alike (``pillow.open_image`` raises it, and
+``probe`` leaves such a file to it): a sample precision other than 8 bits (a
+12-bit JPEG's header parses, but neither Pillow nor simplejpeg decodes it), or
+more than ``MAX_SCANS`` scans (start-of-scan markers, counted before decoding:
+each scan of a progressive JPEG is a pass over every block, so a file cut into
+thousands of tiny scans took minutes to decode; libjpeg-turbo's scan limit).
 """
 from __future__ import annotations
 
 import struct
 from typing import NamedTuple, Optional
+
+import numpy as np
 
 try:  # optional extra: pip install pixfeed[fast]
     import simplejpeg
@@ -19,7 +29,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     simplejpeg = None
 
 FAST_COLORSPACES = ("YCbCr", "Gray")
+MAX_SCANS = 100  # encoders write 1 (baseline) to about 10-20 (progressive) scans
 _SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (C4: DHT, C8: JPG, CC: DAC)
+_SOS_WORD = np.dtype("<u2").type(0xDAFF)  # the bytes FF DA read as one little-endian 16-bit word
 _ORIENTATION_TAG = 0x0112
 
 
@@ -37,10 +50,42 @@ def probe(data: bytes) -> Optional[JpegHead]:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError:
         return None
-    if colorspace not in FAST_COLORSPACES:
+    if colorspace not in FAST_COLORSPACES or refusal(data) is not None:
         return None
     orientation = exif_orientation(data)
     return None if orientation is None else JpegHead(height, width, orientation)
+
+
+def refusal(data) -> Optional[str]:
+    """Why no decode path takes this JPEG (the module's docstring), else None."""
+    precision = sample_precision(data)
+    if precision is not None and precision != 8:
+        return (f"{precision}-bit JPEG (sample precision {precision}): only 8-bit JPEGs are decoded; "
+                "convert it (to an 8-bit JPEG, or a 16-bit PNG) to keep it")
+    scans = count_scans(data)
+    if scans > MAX_SCANS:
+        return (f"JPEG of {scans} scans (start-of-scan markers), more than the {MAX_SCANS} pixfeed decodes: "
+                "each scan is a pass over the whole image; re-encode it (jpegtran -optimize) to keep it")
+    return None
+
+
+def sample_precision(data) -> Optional[int]:
+    """The bits per sample its frame header gives (8 for nearly every JPEG); None when none is found
+    before the first scan (the decoder then says what is wrong)."""
+    for marker, pos in _markers(data):
+        if marker in _SOF:
+            return data[pos + 4] if pos + 4 < len(data) else None
+    return None
+
+
+def count_scans(data) -> int:
+    """Start-of-scan markers (FF DA) in ``data``: its scans, plus those of any thumbnail it holds (in
+    entropy-coded data an FF byte is followed by 00 or a restart marker, never DA).  A vectorised count
+    of both byte alignments: 17 us for a 100 KB photo, against 86 for ``bytes.count``."""
+    n = len(data)
+    words = np.frombuffer(data, "<u2", count=n // 2)
+    odd = np.frombuffer(data, "<u2", count=(n - 1) // 2, offset=1) if n > 2 else words[:0]
+    return int(np.count_nonzero(words == _SOS_WORD) + np.count_nonzero(odd == _SOS_WORD))
 
 
 def exif_orientation(data: bytes) -> Optional[int]:
@@ -62,10 +107,20 @@ def exif_orientation(data: bytes) -> Optional[int]:
 
 def _app1_segments(data: bytes):
     """Yield each APP1 payload before the first scan; None for a malformed header."""
+    for marker, pos in _markers(data):
+        if marker is None:
+            yield None
+        elif marker == _APP1:  # as bytes: ``in`` on a memoryview would look for an element, not a run
+            yield bytes(data[pos + 4: pos + 2 + struct.unpack_from(">H", data, pos + 2)[0]])
+
+
+def _markers(data):
+    """Yield (marker, position) of each segment before the first scan; (None, position) for a
+    malformed header (the walk then ends)."""
     pos, end = 2, len(data)
     while pos + 4 <= end:
         if data[pos] != 0xFF:
-            yield None
+            yield None, pos
             return
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
@@ -73,11 +128,9 @@ def _app1_segments(data: bytes):
             continue
         if marker in (_SOS, _EOI):
             return
-        length = struct.unpack_from(">H", data, pos + 2)[0]
-        if marker == _APP1:  # as bytes: ``in`` on a memoryview would look for an element, not a run
-            yield bytes(data[pos + 4: pos + 2 + length])
-        pos += 2 + length
-    yield None
+        yield marker, pos
+        pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
+    yield None, pos
 
 
 def _tiff_orientation(tiff: bytes) -> Optional[int]:

@@ -4,19 +4,24 @@ of a geometry ``Plan``.  Both decode paths (``decode``'s exact one and ``fast``)
 from __future__ import annotations
 
 import io
+import logging
 import re
+import threading
 import warnings
-from typing import Optional
+from contextlib import contextmanager
+from typing import List, Optional
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from ..errors import ImageDecodeError
+from . import jpeghead
 from .geometry import Plan, Size
 
 FORMATS = {"JPEG": b"\xff\xd8\xff", "PNG": b"\x89PNG\r\n\x1a\n", "WEBP": b"RIFF"}  # WebP: RIFF....WEBP
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
 NAMES = "JPEG, PNG or WebP"  # what the allow-list holds, for messages
+log = logging.getLogger("pixfeed.image")
 
 
 def sniff(data: bytes) -> Optional[str]:
@@ -62,6 +67,8 @@ def open_image(data: bytes, where: str, max_pixels: Optional[int] = None) -> Ima
         raise ImageDecodeError(f"{where}: not a {NAMES} file ({_kind(data)})")
     if fmt == "WEBP":
         check_webp_length(data, where)
+    if fmt == "JPEG" and (reason := jpeghead.refusal(data)) is not None:
+        raise ImageDecodeError(f"{where}: {reason}")
     limit = pixel_limit(max_pixels)
     try:
         with warnings.catch_warnings():
@@ -111,6 +118,56 @@ def _open_unbounded(data: bytes, fmt: str, where: str) -> Image.Image:
         raise _header_error(where, fmt, e) from None
     finally:
         Image.MAX_IMAGE_PIXELS = saved
+
+
+_hold = threading.Lock()
+_routing = {"depth": 0, "showwarning": None, "filter": None}
+_sink = threading.local()  # the list this thread's library warnings go to while ``library_warnings`` runs
+
+
+@contextmanager
+def library_warnings(sink: Optional[List[str]] = None, where: Optional[str] = None):
+    """Warnings raised in this thread inside the block (Pillow's: palette transparency, corrupt EXIF) are appended to
+    ``sink`` as text (every one, not Python's once per place), never printed; the pack turns them into
+    notes; without a ``sink`` they are logged (``pixfeed.image``, level INFO) naming ``where``, as ``decode``
+    does at read time.  Nested, the outermost block keeps them.  Thread-safe: the first
+    thread in installs one filter and one ``showwarning`` for the process, the last one out removes them;
+    other warnings, and other threads' outside such a block, are shown as before."""
+    if getattr(_sink, "list", None) is not None:  # nested: the outer block's sink gets them
+        yield _sink.list
+        return
+    logged, sink = sink is None, [] if sink is None else sink
+    with _hold:
+        if _routing["depth"] == 0:
+            # every one (not once per place), raised in PIL or by PIL for its caller in pixfeed.image
+            warnings.filterwarnings("always", module=r"(PIL|pixfeed\.image)(\.|$)")
+            _routing.update(filter=warnings.filters[0], showwarning=warnings.showwarning)
+            warnings.showwarning = _route
+        _routing["depth"] += 1
+    _sink.list = sink
+    try:
+        yield sink
+    finally:
+        _sink.list = None
+        with _hold:
+            _routing["depth"] -= 1
+            if _routing["depth"] == 0:
+                if warnings.showwarning is _route:
+                    warnings.showwarning = _routing["showwarning"]
+                if _routing["filter"] in warnings.filters:
+                    warnings.filters.remove(_routing["filter"])
+                    warnings._filters_mutated()
+        for text in sink if logged else ():
+            log.info("%s: %s", where or "<bytes>", text)
+
+
+def _route(message, category, filename, lineno, file=None, line=None):
+    sink = getattr(_sink, "list", None)
+    if sink is not None:
+        sink.append(f"{category.__name__}: {message}")
+        return
+    shown = _routing["showwarning"] or warnings._showwarning_orig
+    shown(message, category, filename, lineno, file, line)
 
 
 def to_rgb(img: Image.Image, where: str) -> Image.Image:

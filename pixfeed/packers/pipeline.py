@@ -40,6 +40,7 @@ from .executors import LocalExecutor, make_executor, run_tasks
 from .fieldparts import FieldParts
 from .fromdataset import is_dataset, kept_store, scan_dataset
 from .options import PackOptions
+from .records import condense_notes
 from .upload import Upload
 from .writer import Writer
 
@@ -226,7 +227,7 @@ def _manifest(format, source, opts, kept, results, skipped, extra, tmp, known: d
         "count": int(len(kept)), "classes": source.classes, "store": opts.store,
         "shape": [*opts.size, 3] if opts.store == "pixels" else None,
         "checksum": ALGORITHM, "keys_file": KEYS_NAME, "files": files,
-        "skipped": skipped, "notes": source.notes + [n for r in results for n in r.notes],
+        "skipped": skipped, "notes": source.notes + condense_notes([n for r in results for n in r.notes]),
         "schema": [f.to_json() for f in source.schema], "per_box": list(source.per_box), "source": source.origin,
         "options": opts.recorded(format), "pixfeed_version": __version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

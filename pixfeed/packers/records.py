@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Union
@@ -21,9 +22,11 @@ import numpy as np
 from PIL import Image
 
 from ..checksum import record_hash
-from ..image.decode import EXTENSIONS, check_encoded, decode, decode_for_pack, pixel_limit, probed, sniff
+from ..image.decode import (EXTENSIONS, check_encoded, decode, decode_for_pack, library_warnings, pixel_limit, probed,
+                            sniff)
 from ..errors import Location, SourceError
 from ..image.geometry import Plan
+from ..image.jpeghead import refusal
 from ..sources.folder import Source
 from ..storage.bounded import IMAGE_BYTES, read_file
 from .fieldrecords import pack_fields
@@ -52,8 +55,39 @@ class Record:
     field_checksums: List[int] = field(default_factory=list)  # xxh3_64 of each of those
 
 
+DECODER_NOTE = "decoder warning: "
+
+
 def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None,
                 shape: bool = True) -> Record:
+    """``_load_record``, with what the image libraries warn of on the way (Pillow's "palette images
+    with transparency", "corrupt EXIF data") kept as notes (``condense_notes``), not printed."""
+    caught: List[str] = []
+    with library_warnings(caught):
+        rec = _load_record(source, i, opts, notes, data, shape)
+    notes += [f"{Location(source.where, i)}: {DECODER_NOTE}{text}" for text in dict.fromkeys(caught)]  # once a file
+    return rec
+
+
+def condense_notes(notes: List[str], named: int = 3) -> List[str]:
+    """The notes, those of decoder warnings counted per kind (their numbers aside), the first
+    ``named`` files of each named."""
+    out, kinds = [], {}
+    for note in notes:
+        where, sep, text = note.partition(f": {DECODER_NOTE}")
+        if not sep:
+            out.append(note)
+            continue
+        kinds.setdefault(re.sub(r"\d+", "N", text), (text, []))[1].append(where)
+    for text, wheres in kinds.values():
+        more = f" and {len(wheres) - named:,} more" if len(wheres) > named else ""
+        out.append(f"{DECODER_NOTE}{text} ({len(wheres):,} file{'s' * (len(wheres) > 1)}: "
+                   f"{', '.join(wheres[:named])}{more})")
+    return out
+
+
+def _load_record(source: Source, i: int, opts: PackOptions, notes: List[str], data=None,
+                 shape: bool = True) -> Record:
     """Turn source image ``i`` into a record (raises SourceError).  ``data``: its bytes when
     already fetched (Source.fetch), or the error that fetching them raised; None reads the file.
     ``shape``: whether the writer stores the image's shape (``Writer.needs_shape``); without it,
@@ -75,14 +109,16 @@ def load_record(source: Source, i: int, opts: PackOptions, notes: List[str], dat
     fmt = sniff(data)
     if not source.checked:  # a pixfeed source's records were named when first packed
         _check_name(source.paths[i], fmt, where, notes)
-    if opts.store == "pixels":
-        arr, source_shape, plan = decode_for_pack(bytes(data), opts.size, opts.resize, where, opts.max_pixels)
+    if opts.store == "pixels":  # one acceptance rule for both stores (check_encoded), then the pixels
+        data = bytes(data)
+        check_encoded(data, where, opts.max_pixels)
+        arr, source_shape, plan = decode_for_pack(data, opts.size, opts.resize, where, opts.max_pixels)
         arr = np.ascontiguousarray(arr)
         rec = Record(i, source.keys[i], int(source.labels[i]), arr, "raw", arr.shape[:2], record_hash(arr),
                      source_shape)
     else:
         unparsed = known is not None and fmt is not None and not (shape or source.schema or opts.max_side) \
-            and _checked_within(source, opts)
+            and _checked_within(source, opts) and not (fmt == "JPEG" and refusal(data))  # older packs took those
         head = (fmt, None) if unparsed else _checked_before(source, data, fmt, where, opts)
         if head is None:  # parsed in full, as bytes (not a view of a source's file)
             data = bytes(data)
