@@ -16,6 +16,7 @@ _EXPORTS = {
     "read_manifest": "pixfeed.manifest",
     "PixfeedError": "pixfeed.errors",
     "make_loader": "pixfeed.loaders",
+    "mix": "pixfeed.mixing",
     "DevicePrefetcher": "pixfeed.loaders",
     "profile_loader": "pixfeed.diagnose.stall",
     "StallMeter": "pixfeed.diagnose.stall",

@@ -136,3 +136,8 @@ class Location:
 
     def __str__(self) -> str:
         return self.where(self.i)
+
+
+class MixtureError(OptionError):
+    """Datasets cannot be mixed as asked (``pixfeed.mix``): an empty source, a source given twice, sources whose
+    samples differ in shape or fields, weights that are negative, NaN or all zero; the message names the source."""

@@ -2,6 +2,7 @@
 lives, whoever holds it (a view, a tensor, a loader's batch kept by the user)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 import pixfeed
@@ -46,3 +47,23 @@ def test_what_is_kept_is_bounded(monkeypatch):
     assert sum(a.nbytes for v in batchbuffers._kept.values() for a in v) == 3000
     del held
     assert len({batchbuffers.empty((1000,)).ctypes.data for _ in range(3)}) == 1  # a kept one comes back
+
+
+def test_batches_of_varying_length_reuse_the_kept_arrays(monkeypatch):
+    """Kept by row shape: a shorter batch takes the first rows of a free longer one (a mixture reads one
+    group per source, of varying length, each batch); with KEEP kept, a longer one replaces the smallest."""
+    monkeypatch.setattr(batchbuffers, "_kept", {})
+    first = batchbuffers.empty((10, 4, 3))
+    address = first.ctypes.data
+    del first
+    shorter = batchbuffers.empty((7, 4, 3))
+    assert shorter.shape == (7, 4, 3) and shorter.ctypes.data == address
+    held = [shorter] + [batchbuffers.empty((5, 4, 3)) for _ in range(batchbuffers.KEEP - 1)]
+    del held[1:]  # every kept array but the first (rows 10) is free: 3 of 5 rows
+    longer = batchbuffers.empty((12, 4, 3))
+    kept = next(iter(batchbuffers._kept.values()))
+    assert len(kept) == batchbuffers.KEEP and any(np.shares_memory(a, longer) for a in kept)
+    assert sorted(len(a) for a in kept) == [5, 5, 10, 12]
+    del longer
+    again = batchbuffers.empty((11, 4, 3))
+    assert again.shape == (11, 4, 3) and any(np.shares_memory(a, again) and len(a) == 12 for a in kept)

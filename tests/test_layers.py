@@ -34,8 +34,8 @@ LAYERS = {
     "__init__.py": CONTRACT, "record.py": CONTRACT, "manifest.py": CONTRACT, "registry.py": CONTRACT,
     "keyindex.py": CONTRACT, "layouts/": CONTRACT, "fields/": CONTRACT, "storage/": CONTRACT,
     "sources/": CONTRACT, "sample.py": CONTRACT, "sample_index.py": CONTRACT, "decode.py": CONTRACT,
-    # formats: writers, readers, and checking a packed dataset
-    "packers/": FORMATS, "datasets/": FORMATS, "verify/": FORMATS,
+    # formats: writers, readers, several datasets read as one (mixing), and checking a packed dataset
+    "packers/": FORMATS, "datasets/": FORMATS, "verify/": FORMATS, "mixing/": FORMATS,
     "loaders/": LOADERS,
     "cli.py": TOOLS, "verify/cli.py": TOOLS, "bench/": TOOLS, "diagnose/": TOOLS,
 }

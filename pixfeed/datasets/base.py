@@ -355,15 +355,17 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
         """{name: stored bytes} of the fields ``names`` of valid ``indices``, checksums checked."""
         raise NotImplementedError
 
-    def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[torch.Tensor, ...]:
+    def get_batch(self, indices: Sequence[int], threads: int = 1, out: Optional[np.ndarray] = None
+                  ) -> Tuple[torch.Tensor, ...]:
         """One gathered read: (uint8 N x 3 x H x W in channels_last strides, int64 labels); with
         ``fields=`` (a tuple with the image, and no field that follows its geometry), the fields in
         that order, each collated as ``make_loader`` collates them.  ``threads``: decode the batch's
-        images on that many threads (``pixfeed.image.pool``; make_loader's ``decode_threads``)."""
+        images on that many threads (``pixfeed.image.pool``; make_loader's ``decode_threads``).  ``out``: an
+        N x H x W x 3 uint8 array the images are written into (a mixture's rows of its batch, pixfeed.mix)."""
         if self.fixed_shape is None:
             raise DatasetError(f"{self.path}: images have different sizes (pass size=), or fields={self.fields} "
                                "need per-sample reads; read it by index or through make_loader")
-        idx, images, labels = self._image_batch(indices, threads)
+        idx, images, labels = self._image_batch(indices, threads, out)
         if self.default_fields:
             return images, labels
         raw = self.read_fields(idx, [n for n in self.fields if n not in BUILTIN])
@@ -373,16 +375,20 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
                 columns[f.name] = codec.column([codec.decode(f, r[f.name]) for r in raw])
         return tuple(columns[n] for n in self.fields)
 
-    def _image_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+    def _image_batch(self, indices: Sequence[int], threads: int = 1, out: Optional[np.ndarray] = None
+                     ) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         shape = self.fixed_shape
         idx, stored, labels = self.read_checked(indices)
         if isinstance(stored, np.ndarray) and not self.cpu_bound:
             rows, cols = self._slice_crop()
             batch = stored[:, rows, cols]
-            if self.size is not None and not batch.flags.c_contiguous:
+            if out is not None:
+                np.copyto(out, batch)
+                batch = out
+            elif self.size is not None and not batch.flags.c_contiguous:
                 batch = _copied(batch)
         else:
-            batch = batchbuffers.empty((len(idx), shape[1], shape[2], 3))
+            batch = batchbuffers.empty((len(idx), shape[1], shape[2], 3)) if out is None else out
             rngs = sample_rngs(idx) if self.crop == "random" else [None] * len(idx)  # one draw for the batch
 
             def one(j: int) -> None:

@@ -29,15 +29,23 @@ _FREE = 3  # references to a kept array no view holds: the list, the loop variab
 
 
 def empty(shape: tuple, dtype=np.uint8) -> np.ndarray:
-    """An uninitialised array of ``shape``: a view of a kept array no batch uses any more, else new."""
-    key = (os.getpid(), tuple(int(n) for n in shape), np.dtype(dtype).str)
+    """An uninitialised array of ``shape``: the first rows of a kept array of that row shape with as many
+    rows or more that no batch uses any more, else new.  Kept by row shape, so batches of varying length
+    (the last of an epoch, a mixture's group of each source: pixfeed.mixing) reuse them too; with KEEP
+    arrays kept, a new one takes the place of the smallest free one."""
+    shape = tuple(int(n) for n in shape)
+    rows, key = (shape[0] if shape else 1), (os.getpid(), shape[1:] if shape else (), np.dtype(dtype).str)
     with _lock:
         arrays = _kept.setdefault(key, [])
         for arr in arrays:
-            if sys.getrefcount(arr) == _FREE:
-                return arr[...]
-        arr = np.empty(key[1], dtype)
+            if len(arr) >= rows and sys.getrefcount(arr) == _FREE:
+                return arr[:rows].reshape(shape)
+        arr = np.empty((rows, *key[1]), dtype)
+        if len(arrays) >= KEEP:
+            free = [j for j in range(len(arrays)) if sys.getrefcount(arrays[j]) == _FREE - 1]  # no loop variable
+            if free:
+                del arrays[min(free, key=lambda j: len(arrays[j]))]
         kept = sum(a.nbytes for k, v in _kept.items() if k[0] == key[0] for a in v)
         if len(arrays) < KEEP and kept + arr.nbytes <= KEEP_BYTES:
             arrays.append(arr)
-        return arr[...]
+        return arr[:rows].reshape(shape)

@@ -72,9 +72,18 @@ def may_block(dataset: Any, extents: Optional[Extents]) -> Optional[str]:
 
 
 def prepare(plan: Any, dataset: Any, extents: Optional[Extents]) -> None:
-    plan.files = [] if extents is None else [Path(extents.path), *map(Path, extents.whole)]
-    plan.blocking = may_block(dataset, extents)
+    if callable(getattr(dataset, "plan_sources", None)):  # a mixture (pixfeed.mixing): its sources' files
+        each = [(s, s.record_extents() if callable(getattr(s, "record_extents", None)) else None)
+                for s in dataset.sources]
+        plan.files = [f for _, e in each for f in _files(e)]
+        plan.blocking = next((why for why in (may_block(s, e) for s, e in each) if why), None)
+    else:
+        plan.files, plan.blocking = _files(extents), may_block(dataset, extents)
     plan.reasons["hints"] = plan.reasons["reader_thread"] = PER_EPOCH
+
+
+def _files(extents: Optional[Extents]) -> list:
+    return [] if extents is None else [Path(extents.path), *map(Path, extents.whole)]
 
 
 def decide(loader: Any) -> None:

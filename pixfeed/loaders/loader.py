@@ -177,6 +177,9 @@ def build_loader(
         **_workers(plan, seed),
     )
     fetchplan.attach(loader, dataset, hinted)  # a bucket dataset read through chunks: fetch in this order
+    if callable(getattr(dataset, "plan_sources", None)):  # a mixture (pixfeed.mix): its epochs follow the seed
+        dataset.use_seed(seed or 0)
+        plan.reasons["path"] = "\n".join([plan.reasons["path"], *dataset.plan_sources()])
     return loader
 
 

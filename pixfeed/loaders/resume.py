@@ -142,6 +142,8 @@ def begin_epoch(loader: Any, epoch: int) -> Point:
 
 
 def _identity(dataset: Any) -> dict:
+    if isinstance(getattr(dataset, "fingerprint", None), str):  # a mixture: its sources, quotas and labels
+        return {"dataset": dataset.fingerprint, "layout_version": None}
     manifest = getattr(dataset, "manifest", None)
     if isinstance(manifest, dict):
         text = json.dumps(manifest, sort_keys=True).encode()

@@ -1,0 +1,73 @@
+"""Cost of mixing: a mixture of two mmap pixel packs against one of them alone, per sample, in one run.
+
+    python benchmarks/bench_mix.py                     # 2 packs of 2,000 stored 256x256 images, read at 224
+    python benchmarks/bench_mix.py --size 0            # read at the stored size (no crop)
+    python benchmarks/bench_mix.py --weights 3 1       # a weighted mixture (epoch of as many samples)
+
+Both are read through ``make_loader`` (in process, as the plan chooses for stored pixels) after a warm-up
+epoch, alternating, ``--reps`` times each; the ratio of the medians of seconds per sample is the cost of
+mixing (goal: at most 1.05).  A mixture reads each batch with one ``get_batch`` per source, straight into
+its rows of one batch array, so the only extra work is the grouping of the batch's indices.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import pixfeed
+from pixfeed.packers import pack_samples
+
+
+def make_pack(path: Path, count: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, (16, 256, 256, 3), dtype=np.uint8)  # a few distinct images, cheap to make
+    pack_samples(({"image": base[i % 16], "label": f"c{i % 10}"} for i in range(count)), path, "mmap",
+                 store="pixels", workers=1, progress=False)
+
+
+def per_sample(loader) -> float:
+    start, n = time.perf_counter(), 0
+    for images, _ in loader:
+        n += len(images)
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=2000, help="images per pack")
+    parser.add_argument("--size", type=int, default=224, help="read size (0: as stored, 256)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--weights", type=float, nargs=2, default=None)
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_pack(root / "a", args.count, 0)
+        make_pack(root / "b", args.count, 1)
+        options = {"size": args.size} if args.size else {}
+        a, b = (pixfeed.open_dataset(root / name, **options) for name in "ab")
+        mixture = pixfeed.mix([a, b], args.weights)
+        loaders = {"one pack": pixfeed.make_loader(a, args.batch_size, seed=1),
+                   "mixture": pixfeed.make_loader(mixture, args.batch_size, seed=1)}
+        times = {name: [] for name in loaders}
+        for loader in loaders.values():
+            per_sample(loader)  # warm: page cache, batch buffers
+        for _ in range(args.reps):
+            for name, loader in loaders.items():
+                times[name].append(per_sample(loader))
+        one, mixed = (statistics.median(times[name]) for name in loaders)
+        print(f"{args.count:,} images per pack, read at {args.size or 'the stored size'}, batch {args.batch_size}, "
+              f"median of {args.reps}")
+        for name in loaders:
+            median = statistics.median(times[name])
+            print(f"  {name:<9} {median * 1e6:7.2f} us/sample  {1 / median:>10,.0f} samples/s")
+        print(f"  mixture / one pack: {mixed / one:.3f} (goal <= 1.05)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""``Mixture``: several map-style datasets read as one, its epoch made of a quota of each (``quotas.py``).
+
+A mixture is a map-style dataset of ``sum(quotas)`` samples: index ``v`` of an epoch is position
+``v - offset[s]`` of source ``s``'s quota, which its ``Stream`` maps to a record for that epoch.
+``make_loader`` treats it as any dataset: its sampler shuffles the ``len(mixture)`` indices with
+(seed, epoch), deals them out to ranks and resumes part-way (``pixfeed.loaders.sampler``), so the
+order across sources, the split by rank and ``state_dict`` are the ones a single dataset has.  The
+loader hands the mixture its ``seed`` (``use_seed``) and calls ``set_epoch``; the epoch is kept
+in shared memory, so persistent workers see it.
+
+Reading: ``get_batch`` groups a batch's indices by source and reads each group with that
+source's own ``get_batch`` straight into its rows of one batch array (``out=``: no second copy),
+so a batch holds the samples its indices name, grouped by source.  Random crops draw from
+generators seeded from (seed, source, pass, record) when the loader seeds per sample, so a record
+seen twice in an epoch (repeats=2) gets two crops.  Labels are mapped into the mixture's
+``classes`` (``sources.class_maps``); ``with_source=True`` adds each sample's source index after
+its fields (a third element, a batch's int64 column, or a dict's ``"source"``).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..checksum import record_hash
+from ..console.words import plural
+from ..image import buffers as batchbuffers
+from ..seeds import seeded_by_index
+from .quotas import Stream, quotas
+from .sources import check, class_maps, opened
+
+COLUMNS = ("image", "label")
+
+
+class Mixture(Dataset):
+    """``pixfeed.mix(sources, weights=None, *, epoch_size=None, counts=None, repeats=None,
+    labels="by_name", with_source=False)``; see the module's docstring."""
+
+    epoch_in_shared_memory = True
+
+    def __init__(self, sources: Sequence[Any], weights: Optional[Sequence[float]] = None, *,
+                 epoch_size: Optional[int] = None, counts: Optional[Sequence[int]] = None,
+                 repeats: Optional[Sequence[float]] = None, labels: str = "by_name", with_source: bool = False):
+        if isinstance(sources, Sequence) and not isinstance(sources, (str, bytes)):
+            sources = [opened(s) for s in sources]
+        self.names = check(sources)
+        self.sources = list(sources)
+        lengths = [len(s) for s in self.sources]
+        epoch = quotas(lengths, self.names, weights=weights, epoch_size=epoch_size, counts=counts, repeats=repeats)
+        self.quotas: List[int] = epoch["quotas"]
+        self.kind, self.given = epoch["kind"], epoch["given"]
+        self.offsets = np.cumsum([0, *self.quotas]).astype(np.int64)
+        self.streams = [Stream(n, q, i) for i, (n, q) in enumerate(zip(lengths, self.quotas))]
+        self.classes, self._tables = class_maps(self.sources, labels)
+        self.labels, self.with_source = labels, bool(with_source)
+        self.seed = 0
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        first = self.sources[0]
+        self.fields = getattr(first, "fields", COLUMNS)  # a dataset without fields= returns (image, label)
+        self.default_fields = getattr(first, "default_fields", True) and not self.with_source
+        self.transform = next((s.transform for s in self.sources if getattr(s, "transform", None) is not None), None)
+        self.path = "mixture of " + ", ".join(str(getattr(s, "path", type(s).__name__)) for s in self.sources)
+        self._takes = [_parameters(s) for s in self.sources]
+
+    # what the loader asks of a dataset ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch[0] = int(epoch)
+
+    def use_seed(self, seed: int) -> None:
+        """The loader's ``seed``: which records fill each epoch's quotas, and their crops, follow it."""
+        self.seed = int(seed)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
+    @property
+    def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
+        """The sources' common ``fixed_shape`` when each reads whole batches (``get_batch``), else None."""
+        shapes = {getattr(s, "fixed_shape", None) for s in self.sources}
+        if len(shapes) != 1 or None in shapes or not all(callable(getattr(s, "get_batch", None))
+                                                          for s in self.sources):
+            return None
+        return shapes.pop()
+
+    @property
+    def deterministic(self) -> bool:
+        return all(getattr(s, "deterministic", False) for s in self.sources)
+
+    @property
+    def rng_per_sample(self) -> bool:
+        """Every source draws nothing or draws through ``index_rng`` (pixfeed's random crops)."""
+        return not self.deterministic and all(getattr(s, "deterministic", False) or getattr(s, "rng_per_sample", False)
+                                              for s in self.sources)
+
+    @property
+    def cpu_bound(self) -> bool:
+        return any(getattr(s, "cpu_bound", True) for s in self.sources)
+
+    @property
+    def fingerprint(self) -> str:
+        """Which mixture a loader state belongs to: its sources (their manifests), quotas and label mode."""
+        parts = [_identity(s) for s in self.sources] + [self.quotas, self.kind, self.labels, self.with_source]
+        return f"{record_hash(json.dumps(parts, sort_keys=True).encode()):016x}"
+
+    # where a sample comes from -----------------------------------------------------------------------------
+    def locate(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source, record, pass) of each of ``indices`` in the current epoch."""
+        v = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if v.size and (v.min() < 0 or v.max() >= len(self)):
+            bad = v[(v < 0) | (v >= len(self))][0]
+            raise IndexError(f"{self.path}: index {bad} out of range for an epoch of {len(self)} samples")
+        source = np.searchsorted(self.offsets, v, side="right") - 1
+        records, passes = np.empty_like(v), np.empty_like(v)
+        for s in np.unique(source).tolist():
+            mine = source == s
+            records[mine], passes[mine] = self.streams[s].records(self.seed, self.epoch, v[mine] - self.offsets[s])
+        return source, records, passes
+
+    def key(self, index: int) -> str:
+        """Sample ``index``'s key in its source (this epoch)."""
+        source, record, _ = self.locate([index])
+        ds = self.sources[int(source[0])]
+        return ds.key(int(record[0])) if callable(getattr(ds, "key", None)) else str(int(record[0]))
+
+    def _draws(self, source: int, passed: int):
+        """Random crops drawn from (seed, source, pass, record) in place of (seed, epoch, record), so two
+        sources' record 5, or one record in two passes of an epoch, draw apart."""
+        return seeded_by_index(self.seed, passed * len(self.sources) + source)
+
+    # reading -------------------------------------------------------------------------------------------------
+    def __getitem__(self, index: int) -> Any:
+        source, record, passed = (int(a[0]) for a in self.locate([index]))
+        with self._draws(source, passed):
+            sample = self.sources[source][record]
+        return self._relabel(sample, source)
+
+    def _relabel(self, sample: Any, source: int) -> Any:
+        table = self._tables[source]
+        if isinstance(sample, dict):
+            if table is not None and "label" in sample:
+                sample["label"] = int(table[sample["label"]])
+            if self.with_source:
+                sample["source"] = source
+            return sample
+        sample = list(sample)
+        at = _label_column(self.fields)
+        if table is not None and at is not None:
+            sample[at] = int(table[sample[at]])
+        return (*sample, source) if self.with_source else tuple(sample)
+
+    def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
+        """One read per source of the batch, into its rows of one batch array (module docstring); the
+        columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
+        source, records, passes = self.locate(indices)
+        order = np.lexsort((passes, source))  # stable: by source, then pass
+        source, records, passes = source[order], records[order], passes[order]
+        cuts = np.flatnonzero((np.diff(source) != 0) | (np.diff(passes) != 0)) + 1
+        bounds = [0, *cuts.tolist(), len(source)]
+        image = _image_column(self.fields)
+        shape = self.fixed_shape
+        direct = image is not None and self.transform is None and all("out" in t for t in self._takes)
+        out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if direct else None
+        parts = []
+        for lo, hi in zip(bounds, bounds[1:]):
+            s, passed = int(source[lo]), int(passes[lo])
+            options = {"threads": threads} if threads > 1 and "threads" in self._takes[s] else {}
+            if out is not None:
+                options["out"] = out[lo:hi]
+            with self._draws(s, passed):
+                columns = list(self.sources[s].get_batch(records[lo:hi], **options))
+            table, at = self._tables[s], _label_column(self.fields)
+            if table is not None and at is not None:
+                columns[at] = torch.from_numpy(table[np.asarray(columns[at])])
+            parts.append(columns)
+        joined = [_join([p[j] for p in parts]) if j != image or out is None else None
+                  for j in range(len(parts[0]))]
+        if out is not None:
+            joined[image] = torch.from_numpy(out).permute(0, 3, 1, 2)
+        if self.with_source:
+            joined.append(torch.from_numpy(source))
+        return tuple(joined)
+
+    # what the plan says ------------------------------------------------------------------------------------
+    def plan_sources(self) -> List[str]:
+        """The loader plan's lines, one per source: its share of an epoch, what was asked, what reading it costs."""
+        total = len(self)
+        lines = []
+        for ds, name, n, q, given in zip(self.sources, self.names, (len(s) for s in self.sources), self.quotas,
+                                         self.given or [None] * len(self.sources)):
+            asked = "every sample once" if given is None else f"{self.kind[:-1]} {given:g}"
+            lines.append(f"{'':<21}{name}: {q:,} of {total:,} samples an epoch ({q / total:.1%}; {asked}: {q / n:.3g}x its "
+                         f"{plural(n, 'record')}); {_cost(ds)}")
+        return lines
+
+
+def _identity(dataset: Any) -> Any:
+    manifest = getattr(dataset, "manifest", None)
+    if isinstance(manifest, dict):
+        return record_hash(json.dumps(manifest, sort_keys=True).encode())
+    return f"{type(dataset).__module__}.{type(dataset).__qualname__}:{len(dataset)}"
+
+
+def _parameters(dataset: Any) -> frozenset:
+    """The keyword names a source's ``get_batch`` takes (``threads``, ``out``)."""
+    method = getattr(dataset, "get_batch", None)
+    try:
+        return frozenset(inspect.signature(method).parameters) if callable(method) else frozenset()
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def _label_column(fields: Optional[Sequence[str]]) -> Optional[int]:
+    if fields is None:
+        return None
+    return list(fields).index("label") if "label" in fields else None
+
+
+def _image_column(fields: Optional[Sequence[str]]) -> Optional[int]:
+    if fields is None:
+        return None
+    return list(fields).index("image") if "image" in fields else None
+
+
+def _join(values: List[Any]) -> Any:
+    """One column of a batch from its groups' columns: tensors concatenated, lists chained."""
+    if len(values) == 1:
+        return values[0]
+    if all(isinstance(v, torch.Tensor) for v in values):
+        return torch.cat(values)
+    return [item for v in values for item in v]
+
+
+def _cost(dataset: Any) -> str:
+    """What reading one record of a source costs, from what it says of itself."""
+    manifest = getattr(dataset, "manifest", None)
+    parts = []
+    if isinstance(manifest, dict) and manifest.get("files") and manifest.get("count"):
+        record = sum(m["bytes"] for m in manifest["files"].values()) / manifest["count"]
+        where = "from a bucket" if getattr(dataset, "chunks", None) is not None or \
+            getattr(dataset, "remote", None) is not None else "local"
+        parts.append(f"{manifest['format']} {manifest.get('store', '')}, {record / 1024:,.1f} KiB a record, {where}")
+    parts.append("decodes or crops each image (CPU work per sample)" if getattr(dataset, "cpu_bound", True)
+                 else "stored pixels copied, no decode")
+    return "; ".join(parts)

@@ -1,0 +1,131 @@
+"""Checking a mixture's sources before anything is read: each one a map-style dataset with samples, given
+once, and all agreeing in image shape and fields (``check``); their classes mapped by name into one list
+(``class_maps``)."""
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+from torch.utils.data import IterableDataset
+
+from ..errors import MixtureError
+
+LABELS = ("by_name", "as_stored")
+
+
+def name_of(dataset: Any, i: int) -> str:
+    """How messages and the plan name source ``i``."""
+    path = getattr(dataset, "path", None)
+    return f"source {i} ({path})" if path is not None else f"source {i} ({type(dataset).__name__})"
+
+
+def opened(source: Any) -> Any:
+    """A dataset given as a path (str or PathLike) opened with ``open_dataset`` and its defaults."""
+    if isinstance(source, (str, bytes, os.PathLike)):
+        from ..datasets.open import open_dataset
+
+        return open_dataset(os.fsdecode(source))
+    return source
+
+
+def image_shape(dataset: Any) -> Optional[Tuple[int, ...]]:
+    """(3, H, W) of the images a source returns (before a transform), or None when they vary or are unknown."""
+    size = getattr(dataset, "size", None)
+    if size is not None:
+        return (3, *size)
+    stored = getattr(dataset, "stored_shape", None)
+    if stored is not None:
+        return (3, *stored[:2])
+    return getattr(dataset, "fixed_shape", None)
+
+
+def _where(dataset: Any) -> Optional[str]:
+    """The dataset's location, to tell one given twice (a local path resolved; a URL as written)."""
+    path = getattr(dataset, "path", None)
+    if path is None:
+        return None
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    return text if "://" in text else os.path.realpath(text)
+
+
+def _schema(dataset: Any) -> Optional[dict]:
+    """{field name: type spec} of the fields a pixfeed source returns besides image and label."""
+    schema = getattr(dataset, "schema", None)
+    if schema is None:
+        return None
+    fields = getattr(dataset, "fields", None)
+    return {f.name: f.spec for f in schema if fields is None or f.name in fields}
+
+
+def check(sources: Sequence[Any]) -> List[str]:
+    """The sources' names, once every rule of the module's docstring holds; else MixtureError naming the fault."""
+    if isinstance(sources, (str, bytes, os.PathLike)) or not isinstance(sources, Sequence) or not sources:
+        raise MixtureError(f"mix({sources!r}, ...): give a list of datasets (or dataset paths), at least one")
+    names = [name_of(ds, i) for i, ds in enumerate(sources)]
+    for i, (ds, name) in enumerate(zip(sources, names)):
+        if isinstance(ds, IterableDataset):
+            raise MixtureError(f"{name}: an iterable dataset (a WebDataset reads its shards in order, with no "
+                               "random access); mixing needs map-style sources: repack it as mmap, LMDB or HDF5 "
+                               "(pixfeed pack --format mmap) to mix it")
+        if not hasattr(ds, "__getitem__") or not hasattr(ds, "__len__"):
+            raise MixtureError(f"{name}: {type(ds).__name__} is not a dataset (no __getitem__ and __len__)")
+        if len(ds) == 0:
+            raise MixtureError(f"{name}: holds no samples; an empty source cannot take a share of an epoch "
+                               "(leave it out of the mixture)")
+        for j in range(i):
+            if sources[j] is ds or (_where(ds) is not None and _where(ds) == _where(sources[j])):
+                raise MixtureError(f"{name}: the same dataset as {names[j]}, given twice; give it once with a "
+                                   "larger weight (weights=, counts= or repeats=) to see it more often")
+    _agree(sources, names)
+    return names
+
+
+def _agree(sources: Sequence[Any], names: List[str]) -> None:
+    first, name = sources[0], names[0]
+    for ds, other in zip(sources[1:], names[1:]):
+        if getattr(ds, "fields", None) != getattr(first, "fields", None):
+            raise MixtureError(f"{other} returns fields {getattr(ds, 'fields', None)!r}, {name} returns "
+                               f"{getattr(first, 'fields', None)!r}; open every source with the same fields=")
+        if _schema(ds) != _schema(first):
+            raise MixtureError(f"{other} has fields {_schema(ds)!r}, {name} has {_schema(first)!r}; mix "
+                               "sources whose fields agree in name and type (or select common ones with fields=)")
+        transformed = any(getattr(d, "transform", None) is not None for d in (ds, first))
+        if not transformed and image_shape(ds) != image_shape(first):
+            raise MixtureError(f"{other} gives images of shape {_shape(image_shape(ds))}, {name} of "
+                               f"{_shape(image_shape(first))}; open them with one size= (size=224) so that "
+                               "their samples can share a batch")
+
+
+def _shape(shape: Optional[Tuple[int, ...]]) -> str:
+    return "x".join(map(str, shape)) if shape is not None else "varying sizes (no size=)"
+
+
+def class_maps(sources: Sequence[Any], labels: str) -> Tuple[Optional[List[str]], List[Optional[np.ndarray]]]:
+    """(the mixture's classes, per source a table from its labels to the mixture's or None: as stored).
+
+    ``by_name``: the classes of every source in order of first appearance (the first source's list
+    as it is, then each later source's new names), each source's labels mapped to them by name; a
+    source without class names keeps its labels.  ``as_stored``: labels untouched, the classes a
+    list only when every source has the same one.  A table ends with -1, so label -1 (unlabelled)
+    stays -1."""
+    if labels not in LABELS:
+        raise MixtureError(f"labels={labels!r}: expected {' or '.join(map(repr, LABELS))}")
+    lists = [getattr(ds, "classes", None) for ds in sources]
+    if labels == "as_stored":
+        same = all(c == lists[0] for c in lists)
+        return (list(lists[0]) if same and lists[0] is not None else None), [None] * len(sources)
+    classes: List[str] = []
+    index = {}
+    for names in lists:
+        for c in names or ():
+            if c not in index:
+                index[c] = len(classes)
+                classes.append(c)
+    tables = []
+    for names in lists:
+        if names is None or list(names) == classes[:len(names)]:
+            tables.append(None)  # labels already the mixture's
+        else:
+            tables.append(np.array([index[c] for c in names] + [-1], dtype=np.int64))
+    return (classes if any(lists) else None), tables

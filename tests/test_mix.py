@@ -1,0 +1,278 @@
+"""pixfeed.mix: several datasets in one loader, with exact quotas per epoch, the order, split by rank and resume
+of a single dataset, classes mapped by name, and one named error for each kind of bad input."""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+
+import pixfeed
+from conftest import make_tree
+from pixfeed.datasets import open_dataset
+from pixfeed.errors import MixtureError
+from pixfeed.loaders import make_loader
+from pixfeed.loaders._testing import ArrayDataset, random_images
+from pixfeed.mixing.quotas import Stream, apportion
+from pixfeed.packers import pack
+
+BATCH, SEED = 4, 5
+
+
+def arrays(*lengths: int, side: int = 2) -> List[ArrayDataset]:
+    """One small dataset per length; labels are record indices, so (source, label) names a record."""
+    return [ArrayDataset(random_images(n, side, side, seed=k)) for k, n in enumerate(lengths)]
+
+
+def identities(loader) -> List[tuple]:
+    """(source, record) of every sample of one epoch, in order."""
+    return [(int(s), int(r)) for _, records, sources in loader for r, s in zip(records, sources)]
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory):
+    """The same kind of tree packed as stored pixels (mmap) and as encoded JPEG/PNG (LMDB); a second class
+    list (dog, fox) for the class mapping."""
+    root = tmp_path_factory.mktemp("mix")
+    pack(make_tree(root / "src", per_class=4), root / "mmap", "mmap", store="pixels", size=24, workers=1)
+    pack(make_tree(root / "src2", classes=("fox", "dog"), per_class=3), root / "lmdb", "lmdb", store="encoded",
+         workers=1)
+    pack(make_tree(root / "src3", per_class=2), root / "wds", "wds", store="encoded", workers=1)
+    return root
+
+
+def test_quotas_are_exact_every_epoch_and_shares_within_half_a_percent_of_the_weights():
+    sources = arrays(50, 300, 7)
+    mixture = pixfeed.mix(sources, weights=[2, 0.5, 1], epoch_size=701, with_source=True)
+    assert mixture.quotas == apportion(701, [2, 0.5, 1]) == [401, 100, 200] and len(mixture) == 701
+    loader = make_loader(mixture, 32, seed=SEED, num_workers=0)
+    totals = Counter()
+    for epoch in range(20):
+        seen = identities(loader)
+        per_source = Counter(s for s, _ in seen)
+        assert [per_source[s] for s in range(3)] == mixture.quotas, epoch
+        for s, n in enumerate((50, 300, 7)):  # within its share, no record twice before every one once
+            counts = Counter(r for src, r in seen if src == s)
+            assert max(counts.values()) - min(counts.get(r, 0) for r in range(n)) <= 1
+        totals.update(per_source)
+    for s, weight in enumerate([2, 0.5, 1]):
+        assert abs(totals[s] / sum(totals.values()) - weight / 3.5) < 0.005
+
+
+def test_a_source_seen_2_5_times_is_every_sample_twice_and_a_different_half_each_epoch():
+    stream = Stream(10, 25, 0)
+    extras = []
+    for epoch in range(6):
+        counts = np.bincount(stream.epoch_records(SEED, epoch), minlength=10)
+        assert sorted(counts) == [2] * 5 + [3] * 5
+        extras.append(frozenset(np.flatnonzero(counts == 3).tolist()))
+    for a, b in zip(extras[0::2], extras[1::2]):  # one permutation cut in two halves
+        assert a | b == set(range(10)) and not a & b
+    assert len(set(extras)) >= 4  # then cut anew
+    below = Stream(10, 3, 1)  # three tenths per epoch: 9 of the 10 records in 3 epochs, none twice
+    for block in range(4):
+        three = np.concatenate([below.epoch_records(SEED, e) for e in range(3 * block, 3 * block + 3)])
+        assert len(set(three.tolist())) == 9
+
+
+def test_counts_and_repeats_say_the_epoch(packs):
+    a, b = arrays(10, 6)
+    assert pixfeed.mix([a, b], counts=[4, 9]).quotas == [4, 9]
+    assert pixfeed.mix([a, b], repeats=[2.5, 0.5]).quotas == [25, 3]
+    assert pixfeed.mix([a, b]).quotas == [10, 6]
+    assert pixfeed.mix([a, b], [1, 1]).quotas == [8, 8]  # weights: an epoch of as many samples as they hold
+
+
+class Rank:
+    """A loader used as rank ``rank`` of ``world`` (RANK and WORLD_SIZE set around every use)."""
+
+    def __init__(self, monkeypatch, dataset, rank: int, world: int, **options) -> None:
+        self.env, self.rank, self.world = monkeypatch, rank, world
+        self.loader = self.run(make_loader, dataset, BATCH, seed=SEED, distributed=True, **options)
+
+    def run(self, fn, *args, **kwargs):
+        self.env.setenv("RANK", str(self.rank))
+        self.env.setenv("WORLD_SIZE", str(self.world))
+        return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_every_sample_of_every_source_once_an_epoch_on_any_number_of_ranks(monkeypatch, world):
+    mixture = pixfeed.mix(arrays(13, 7, 4), with_source=True)  # 24 samples: no padding on 1, 2 or 4 ranks
+    everything = {(s, r) for s, n in enumerate((13, 7, 4)) for r in range(n)}
+    epochs = []
+    for epoch in range(2):
+        ranks = [Rank(monkeypatch, mixture, rank, world, num_workers=0) for rank in range(world)]
+        for r in ranks:
+            r.loader.set_epoch(epoch)
+        per_rank = [r.run(identities, r.loader) for r in ranks]
+        assert len({len(p) for p in per_rank}) == 1  # equal shares
+        assert sorted(x for p in per_rank for x in p) == sorted(everything)  # disjoint, and the whole epoch
+        epochs.append(per_rank)
+    assert epochs[0] != epochs[1]
+    one = make_loader(mixture, BATCH, seed=SEED, num_workers=0, distributed=False)
+    positions = list(one.sampler)  # epoch 0's global order, the same whatever the number of ranks:
+    mixture.set_epoch(0)
+    order = list(zip(*(a.tolist() for a in mixture.locate(positions)[:2])))
+    for rank, got in enumerate(epochs[0]):  # rank r reads positions r, r + world, ... (a batch grouped by source)
+        assert [sorted(b) for b in _in_batches(got)] == [sorted(b) for b in _in_batches(order[rank::world])]
+
+
+def _in_batches(samples: list) -> list:
+    return [samples[i:i + BATCH] for i in range(0, len(samples), BATCH)]
+
+
+def test_two_workers_read_the_same_epochs_as_none(packs):
+    mixture = pixfeed.mix([open_dataset(packs / "mmap", size=16, crop="random"),
+                           open_dataset(packs / "lmdb", size=16, crop="random")], repeats=[1, 2], with_source=True)
+    epochs = {}
+    for workers in (0, 2):
+        loader = make_loader(mixture, BATCH, seed=SEED, num_workers=workers)
+        epochs[workers] = [[t.clone() for t in batch] for _ in range(2) for batch in loader]
+    assert len(epochs[0]) == len(epochs[2]) == 2 * math.ceil((12 + 2 * 6) / BATCH)
+    for got, want in zip(epochs[2], epochs[0]):
+        assert all(torch.equal(x, y) for x, y in zip(got, want))
+    sources = Counter(int(s) for _, _, sources in epochs[2] for s in sources)
+    assert sources == {0: 24, 1: 24}  # two epochs of 12 from mmap and 2 x 6 from LMDB
+
+
+def test_a_batch_holds_what_its_sources_read_and_a_record_seen_twice_gets_two_crops(packs):
+    mmap, lmdb = open_dataset(packs / "mmap", size=16), open_dataset(packs / "lmdb", size=16)
+    mixture = pixfeed.mix([mmap, lmdb], repeats=[1, 2], with_source=True)
+    mixture.set_epoch(3)
+    indices = np.random.default_rng(0).permutation(len(mixture))[:10]
+    images, labels, sources = mixture.get_batch(indices)
+    where, records, _ = mixture.locate(indices)
+    order = np.lexsort((_, where))  # a batch comes grouped by source
+    for image, label, s, r in zip(images, labels, sources, records[order]):
+        want_image, want_label = [mmap, lmdb][int(s)][int(r)]
+        assert torch.equal(image, want_image)
+        assert mixture.classes[int(label)] == [mmap, lmdb][int(s)].classes[want_label]
+    assert images.stride()[1] == 1  # channels_last, as a single dataset's batches
+    crops = pixfeed.mix([open_dataset(packs / "mmap", size=8, crop="random"),
+                         open_dataset(packs / "lmdb", size=8, crop="random")], repeats=[1, 2], with_source=True)
+    everything = np.arange(len(crops))
+    where, records, passes = crops.locate(everything)
+    twice = [np.flatnonzero((where == 1) & (records == r)) for r in range(6)]
+    pictures = crops.get_batch(everything)[0]
+    lmdb_rows = np.flatnonzero(np.sort(where) == 1)  # the rows of source 1, in (pass, index) order
+    first, second = lmdb_rows[:6], lmdb_rows[6:]
+    assert all(len(t) == 2 for t in twice)
+    assert sum(not torch.equal(pictures[i], pictures[j]) for i, j in zip(first, second)) >= 4
+
+
+def test_classes_are_mapped_by_name_or_kept_as_stored(packs):
+    mmap, lmdb = open_dataset(packs / "mmap"), open_dataset(packs / "lmdb", size=24)
+    assert (mmap.classes, lmdb.classes) == (["cat", "dog", "eel"], ["dog", "fox"])
+    mixture = pixfeed.mix([mmap, lmdb], with_source=True)
+    assert mixture.classes == ["cat", "dog", "eel", "fox"]
+    _, labels, sources = mixture.get_batch(range(len(mixture)))
+    where, records, passes = mixture.locate(range(len(mixture)))
+    records = records[np.lexsort((passes, where))]  # as the batch: grouped by source
+    for label, source, record in zip(labels.tolist(), sources.tolist(), records.tolist()):
+        ds = [mmap, lmdb][source]
+        assert mixture.classes[label] == ds.classes[int(ds.get_batch([record])[1][0])]
+    assert mixture.classes[mixture[13][1]] == lmdb.classes[lmdb[int(mixture.locate([13])[1][0])][1]]
+    kept = pixfeed.mix([mmap, lmdb], labels="as_stored")
+    assert kept.classes is None
+    assert sorted(int(kept[i][1]) for i in range(len(kept))) == sorted([0, 1, 2] * 4 + [0, 1] * 3)
+    images, labels = pixfeed.mix([lmdb, open_dataset(packs / "mmap", size=24)]).get_batch(range(18))
+    assert sorted(labels.tolist()) == sorted([0, 1] * 3 + [2, 0, 3] * 4)  # dog fox, then cat dog eel
+
+
+def first_batches(loader, count: int) -> List[tuple]:
+    out = []
+    for _, records, sources in loader:
+        out += [(int(s), int(r)) for r, s in zip(records, sources)]
+        count -= 1
+        if not count:
+            return out
+
+
+@pytest.mark.parametrize("worlds,drop_last", [((2, 3), False), ((4, 1), False), ((3, 2), True)])
+def test_a_resume_on_another_world_size_reads_exactly_the_rest_of_the_epoch(monkeypatch, worlds, drop_last):
+    mixture = pixfeed.mix(arrays(30, 11), weights=[1, 3], epoch_size=48, with_source=True)
+    full = Counter(identities(make_loader(mixture, BATCH, seed=SEED, num_workers=0, distributed=False)))
+    assert sum(full.values()) == 48 and max(full.values()) > 1  # 36 of 11 records: some 4 times an epoch
+    before, after = worlds
+    ranks = [Rank(monkeypatch, mixture, rank, before, num_workers=0, drop_last=drop_last) for rank in range(before)]
+    head = [r.run(first_batches, r.loader, 2) for r in ranks]
+    state = json.loads(json.dumps(ranks[0].run(ranks[0].loader.state_dict)))
+    resumed = [Rank(monkeypatch, mixture, rank, after, num_workers=0, drop_last=drop_last) for rank in range(after)]
+    for r in resumed:
+        r.run(r.loader.load_state_dict, state)
+    tail = [r.run(identities, r.loader) for r in resumed]
+    assert len({len(t) for t in tail}) == 1
+    seen = Counter(x for part in head + tail for x in part)
+    consumed = 2 * BATCH * before
+    if drop_last:  # up to after - 1 samples left out, and each rank's last partial batch: nothing twice
+        assert not seen - full and sum(seen.values()) == consumed + (48 - consumed) // after // BATCH * BATCH * after
+    else:  # nothing lost; the first (consumed - 48) % after of the rest repeat to give every rank as many
+        assert not full - seen and sum(seen.values()) - 48 == (consumed - 48) % after
+
+
+def test_a_resume_on_the_same_world_reads_the_same_batches_and_a_state_knows_its_mixture(packs):
+    def make(weights):
+        sources = [open_dataset(packs / "mmap", size=12, crop="random"), open_dataset(packs / "lmdb", size=12)]
+        return make_loader(pixfeed.mix(sources, weights, epoch_size=20), BATCH, seed=SEED, num_workers=0)
+
+    uninterrupted = make([1, 2])
+    reference = [[t.clone() for t in b] for _ in range(2) for b in uninterrupted]
+    first = make([1, 2])
+    head = [[t.clone() for t in b] for _, b in zip(range(3), first)]
+    state = json.loads(json.dumps(first.state_dict()))
+    second = make([1, 2])
+    second.load_state_dict(state)
+    rest = [[t.clone() for t in b] for _ in range(2) for b in second]
+    assert len(head + rest) == len(reference)
+    for got, want in zip(head + rest, reference):
+        assert all(torch.equal(x, y) for x, y in zip(got, want))
+    with pytest.raises(pixfeed.errors.OptionError, match="another dataset"):
+        make([2, 1]).load_state_dict(state)
+
+
+def test_the_plan_says_each_sources_share_and_cost(packs):
+    mixture = pixfeed.mix([open_dataset(packs / "mmap", size=16), open_dataset(packs / "lmdb", size=16)], [3, 1])
+    plan = str(make_loader(mixture, BATCH, num_workers=0).pixfeed_plan)
+    assert f"source 0 ({packs / 'mmap'}): 14 of 18 samples an epoch (77.8%; weight 3: 1.17x its 12 records); " \
+           "mmap pixels" in plan
+    assert "source 1" in plan and "4 of 18 samples" in plan and "decodes or crops each image" in plan
+
+
+def test_bad_input_is_one_named_error_each_before_any_worker_starts(packs):
+    a, b = arrays(5, 6)
+    cases = [
+        (lambda: pixfeed.mix([a, ArrayDataset(random_images(0, 2, 2))]), r"source 1 \(ArrayDataset\): holds no samples"),
+        (lambda: pixfeed.mix([a, b], [1, -1]), r"weights: -1 for source 1 .* must be a finite number >= 0"),
+        (lambda: pixfeed.mix([a, b], [float("nan"), 1]), r"weights: nan for source 0"),
+        (lambda: pixfeed.mix([a, b], [0, 0]), r"every one is zero"),
+        (lambda: pixfeed.mix([a, b], [1]), r"1 numbers for 2 sources"),
+        (lambda: pixfeed.mix([a, b], counts=[1, 2.5]), r"counts: 2.5 for source 1 .* not a whole number"),
+        (lambda: pixfeed.mix([a, b], [1, 1], counts=[1, 2]), r"weights and counts: give one way"),
+        (lambda: pixfeed.mix([a, b], epoch_size=10), r"epoch_size goes with weights="),
+        (lambda: pixfeed.mix([a, a]), r"source 1 \(ArrayDataset\): the same dataset as source 0"),
+        (lambda: pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "mmap", size=8)]),
+         r"source 1 \(.*mmap\): the same dataset as source 0"),
+        (lambda: pixfeed.mix([a, ArrayDataset(random_images(4, 3, 3))]),
+         r"source 1 \(ArrayDataset\) gives images of shape 3x3x3, source 0 \(ArrayDataset\) of 3x2x2"),
+        (lambda: pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "lmdb")]),
+         r"gives images of shape varying sizes \(no size=\), source 0 .* of 3x24x24; open them with one size="),
+        (lambda: pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "wds", size=24)]),
+         r"source 1 \(.*wds\): an iterable dataset .* repack it as mmap"),
+        (lambda: pixfeed.mix([a, b], labels="merge"), r"labels='merge': expected 'by_name' or 'as_stored'"),
+        (lambda: pixfeed.mix([]), r"give a list of datasets"),
+    ]
+    for make, message in cases:
+        with pytest.raises(MixtureError, match=message):
+            make()
+
+
+def test_a_path_is_opened_and_fields_must_agree(packs):
+    mixture = pixfeed.mix([packs / "mmap"])
+    assert len(mixture) == 12 and mixture.fixed_shape == (3, 24, 24)
+    with pytest.raises(MixtureError, match=r"returns fields \('image',\), source 0 .* returns \('image', 'label'\)"):
+        pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "lmdb", size=24, fields=("image",))])
