@@ -74,13 +74,15 @@ def read_manifest(root: str | os.PathLike, storage_options: dict | None = None, 
         raise DatasetError(f"{root}: not a directory; a pixfeed dataset is a directory holding {MANIFEST_NAME}")
     if not path.is_file():
         raise DatasetError(f"{root}: not a pixfeed dataset (no {MANIFEST_NAME}); pack one with 'pixfeed pack'")
+    from .storage.bounded import MANIFEST_BYTES, read_open
+    from .storage.paths import open_inside, target
+
     if path.is_symlink() and not allow_links:
-        raise OutsideDatasetError(f"{path}: the manifest is a symbolic link (to {os.readlink(path)!r}); a "
+        raise OutsideDatasetError(f"{path}: the manifest is a symbolic link (to {target(path)}); a "
                                   "dataset's files must be its own: pass allow_links=True (--allow-links) if "
                                   "you trust where it points")
-    from .storage.bounded import MANIFEST_BYTES, read_file
-
-    return parse_manifest(read_file(path, MANIFEST_BYTES, path, "manifest"), path)
+    fd = open_inside(root, MANIFEST_NAME, allow_links)  # the file read is the one checked: no link swapped in
+    return parse_manifest(read_open(fd, MANIFEST_BYTES, path, "manifest"), path)
 
 
 def _read_remote(url: str, storage_options: dict | None) -> dict:

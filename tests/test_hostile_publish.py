@@ -281,3 +281,63 @@ def test_info_json_escapes_c1_controls_and_bidi_overrides(tmp_path, src, capsys)
     out = capsys.readouterr().out
     assert "\x9b" not in out and "\u202e" not in out and "\\u009b2J\\u202eevil" in out
     assert "dog\x9b2J\u202eevil" in json.loads(out)["classes"]
+
+
+# ---- 5. verify reads the file it checked: a link swapped in is refused, never followed ----------------------
+
+@pytest.mark.parametrize("name", ["keys.json", "images.npy", "pixfeed.json"])
+def test_a_link_swapped_in_during_verify_is_not_followed(tmp_path, src, monkeypatch, name):
+    """The swap comes right after pixfeed first looks at the file (lstat) or right before it opens it,
+    whichever is first: a check of the path followed by an open of the path read the outside file."""
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    outside = tmp_path / "secret"
+    size = (dst / name).stat().st_size  # the same size: only its bytes tell it from the dataset's own
+    outside.write_bytes((dst / name).read_bytes() if name == "pixfeed.json" else b"[" + b" " * (size - 2) + b"]")
+    swapped = []
+
+    def swap():
+        if not swapped:
+            swapped.append(True)
+            os.unlink(dst / name)
+            os.symlink(outside, dst / name)
+
+    real_lstat, real_open, reads = os.lstat, os.open, []
+
+    def lstat(path, *a, **kw):
+        out = real_lstat(path, *a, **kw)
+        if str(path).endswith(name):
+            swap()
+        return out
+
+    def open_(path, flags, *a, **kw):
+        if str(path).endswith(name):
+            swap()
+        fd = real_open(path, flags, *a, **kw)
+        if os.path.samefile(f"/proc/self/fd/{fd}", outside):
+            reads.append(path)
+        return fd
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "open", open_)
+    try:
+        report = verify(dst)
+    except pixfeed.errors.DatasetError as e:  # the manifest itself: refused as a whole
+        report = None
+        assert name == "pixfeed.json" and "symbolic link" in str(e)
+    monkeypatch.undo()
+    assert swapped and reads == [], reads
+    if report is not None:  # each problem with the file is the link, none what reading the outside file found
+        about = [p for p in report.problems if f"/{name}" in p]
+        assert about and all("symbolic link" in p for p in about), report.problems
+
+
+def test_verify_of_a_dataset_whose_files_are_fifos_and_folders_names_each(tmp_path, src, capsys):
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    os.unlink(dst / "keys.json")
+    os.mkfifo(dst / "keys.json")
+    os.unlink(dst / "labels.npy")
+    (dst / "labels.npy").mkdir()
+    assert cli.main(["verify", "-q", str(dst)]) == 1
+    out = capsys.readouterr().out
+    assert "keys.json: is a FIFO" in out and "labels.npy" in out and "Traceback" not in out

@@ -50,9 +50,14 @@ def read_file(path, limit: int, where: Optional[object] = None, what: str = "fil
     """The bytes of the regular file ``path`` (links followed), at most ``limit`` of them: a FIFO, device
     or socket raises SpecialFileError without blocking, a larger file OverLimitError, before any read;
     no more than the size ``fstat`` gave is read (a file that grows is cut there).  OSError as ``open``."""
-    fd = open_regular(path, where)
+    return read_open(open_regular(path, where), limit, where or path, what)
+
+
+def read_open(fd: int, limit: int, where: object, what: str = "file") -> bytes:
+    """The bytes of the open regular file ``fd`` (closed after), as ``read_file`` reads them: at most
+    ``limit`` (OverLimitError before any read), no more than the size ``fstat`` gave."""
     try:
-        size = check_size(os.fstat(fd).st_size, limit, where or path, what)
+        size = check_size(os.fstat(fd).st_size, limit, where, what)
         parts, offset = [], 0
         while offset < size:
             part = os.pread(fd, size - offset, offset)
@@ -77,11 +82,16 @@ def read_object(store, name: str, limit: int, where: object, what: str = "file")
 def open_regular(path, where: Optional[object] = None) -> int:
     """A read-only descriptor of the regular file ``path`` (links followed), opened without blocking: a
     FIFO, device or socket raises SpecialFileError (the descriptor closed).  OSError as ``open``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    return refuse_special(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), where or path)
+
+
+def refuse_special(fd: int, where: object) -> int:
+    """``fd`` if it is a regular file, else SpecialFileError naming ``where`` (the descriptor closed): the
+    check is of the file opened, not of a path looked at before."""
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise SpecialFileError(f"{where or path}: is {_kind(mode)}, not a regular file; only regular files are read")
+        raise SpecialFileError(f"{where}: is {_kind(mode)}, not a regular file; only regular files are read")
     return fd
 
 

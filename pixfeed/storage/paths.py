@@ -7,6 +7,8 @@
   writes absolute ones).
 * ``check_dataset_links(root)``: a local dataset holds no symbolic link (one could point a read at
   any file of the machine); ``allow_links`` accepts them.
+* ``open_inside(root, rel)``: a dataset file opened part by part with ``O_NOFOLLOW``, so the file
+  read is the file checked (a link swapped in after a check is refused, not followed).
 * ``check_cache_dir(folder)`` / ``make_private_dir(folder)`` / ``open_nofollow(path, flags)`` /
   ``check_no_links(root, rel)``: the node-local cache of bucket datasets is this user's alone (owned
   by them, writable by nobody else), created 0700, and no file of it is opened through a link.
@@ -61,7 +63,7 @@ def check_dataset_links(root: Path, allow_links: bool = False) -> None:
             for e in entries:
                 if e.is_symlink():
                     raise OutsideDatasetError(
-                        f"{Path(e.path)}: a symbolic link inside the dataset {root} (to {os.readlink(e.path)!r}); "
+                        f"{Path(e.path)}: a symbolic link inside the dataset {root} (to {target(e.path)}); "
                         f"a dataset's files must be its own, so links are refused: replace the link by the file, "
                         f"or pass {LINKS_OPTION} if you trust where it points")
                 if e.is_dir(follow_symlinks=False):
@@ -119,20 +121,53 @@ def link_in(root: Path, rel: str) -> Optional[Path]:
     return None
 
 
-def link_problem(root: Path, rel: str) -> Optional[str]:
-    """What ``pixfeed verify`` says of a dataset file reached through a symbolic link (None: none is)."""
-    link = link_in(root, rel)
-    if link is None:
-        return None
-    return (f"{link}: a symbolic link inside the dataset (to {os.readlink(link)!r}), not read; a dataset's "
-            f"files must be its own: pass {LINKS_OPTION} if you trust where it points")
+def open_inside(root: Path, rel: str, allow_links: bool = False) -> int:
+    """A read-only descriptor of the regular file ``root/rel`` of a dataset, the file that is read being the
+    one that was checked: each part below ``root`` is opened with ``O_NOFOLLOW`` from the folder opened
+    before it, so a symbolic link anywhere below ``root``, there all along or swapped in a moment ago, is
+    OutsideDatasetError (unless ``allow_links``: then links are followed); a FIFO, device or socket is
+    SpecialFileError, found on the descriptor, never blocking.  ``root`` itself may be a link (the user's
+    own path).  OSError as ``open`` for a missing file."""
+    from .bounded import open_regular, refuse_special
+
+    path = Path(root) / rel
+    if allow_links:
+        return open_regular(path)
+    parts = PurePosixPath(rel).parts
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=folder)
+    except OSError as e:
+        if e.errno != errno.ELOOP and not (e.errno == errno.ENOTDIR and link_in(root, rel)):
+            raise
+        link = link_in(root, rel) or path
+        raise OutsideDatasetError(f"{link}: a symbolic link inside the dataset (to {target(link)}), not read; a "
+                                  f"dataset's files must be its own: pass {LINKS_OPTION} if you trust where it "
+                                  "points") from None
+    finally:
+        os.close(folder)
+    return refuse_special(fd, path)
+
+
+def target(link) -> str:
+    """Where the symbolic link ``link`` points, quoted, for a message; it may have changed since it was
+    looked at (then a word saying so, not an OSError)."""
+    try:
+        return repr(os.readlink(link))
+    except OSError:
+        return "somewhere: it changed while it was checked"
 
 
 def check_no_links(root: Path, rel: str) -> None:
     """Raise UnsafeCacheError if any part of ``root/rel`` below ``root`` is a symbolic link."""
     path = link_in(root, rel)
     if path is not None:
-        raise UnsafeCacheError(f"{path}: a symbolic link in the cache (to {os.readlink(path)!r}); pixfeed writes "
+        raise UnsafeCacheError(f"{path}: a symbolic link in the cache (to {target(path)}); pixfeed writes "
                                "and reads its cache only through its own files, so it refuses links: remove it")
 
 
@@ -142,6 +177,6 @@ def open_nofollow(path, flags: int, mode: int = 0o600) -> int:
         return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
     except OSError as e:
         if e.errno == errno.ELOOP or os.path.islink(path):  # O_NOFOLLOW met a link
-            raise UnsafeCacheError(f"{path}: a symbolic link in the cache (to {os.readlink(path)!r}); pixfeed "
+            raise UnsafeCacheError(f"{path}: a symbolic link in the cache (to {target(path)}); pixfeed "
                                    "refuses links in its cache: remove it") from None
         raise
