@@ -18,18 +18,19 @@ record index or key:
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 
-from ..checksum import file_hash, stream_hash
+from ..checksum import stream_hash
 from ..image.decode import check_encoded, decode
 from ..errors import PixfeedError
 from ..manifest import read_manifest
-from ..storage.bounded import MANIFEST_BYTES, read_file, special_kind
-from ..storage.paths import link_problem
+from ..storage.bounded import MANIFEST_BYTES, read_object, read_open
+from ..storage.paths import open_inside
 from ..storage.store import Store, is_url, join, local_path
 
 _CHUNK = 64
@@ -69,9 +70,9 @@ def verify(path, deep: bool = False, progress: Progress = None, storage_options:
     root = remote.url if remote else local_path(path)
     manifest = manifest if manifest is not None else read_manifest(root, storage_options, allow_links)
     report = Report(root)
-    linked = (lambda name: None) if remote or allow_links else (lambda name: link_problem(root, name))
-    report.problems += _check_files(root, manifest, report, remote, linked)
-    report.problems += _check_count(root, manifest, remote, linked)
+    opened = None if remote else (lambda name: open_inside(root, name, allow_links))  # the file checked is read
+    report.problems += _check_files(root, manifest, report, remote, opened)
+    report.problems += _check_count(root, manifest, remote, opened)
     report.problems += _capped(_check_records(root, manifest, deep, report, progress or (lambda n: None),
                                               storage_options, allow_links), MAX_RECORD_PROBLEMS)
     report.problems = [_without_verify_advice(p) for p in report.problems]
@@ -94,7 +95,9 @@ def _file_entries(manifest: dict) -> dict:
     return entries
 
 
-def _check_files(root, manifest: dict, report: Report, remote: Optional[Store], linked) -> Iterator[str]:
+def _check_files(root, manifest: dict, report: Report, remote: Optional[Store], opened) -> Iterator[str]:
+    """Each data file's size and xxh3_64; a local file is opened once (``open_inside``: no link followed,
+    no FIFO opened) and its size and bytes are those of the descriptor."""
     try:
         sizes = remote.list() if remote else None
     except PixfeedError as e:
@@ -103,41 +106,43 @@ def _check_files(root, manifest: dict, report: Report, remote: Optional[Store], 
     for name, meta in sorted(_file_entries(manifest).items()):
         p = join(root, name)
         report.files += 1
-        if linked(name):
-            yield linked(name)
-            continue
-        if remote is None and special_kind(p):  # a FIFO would block the hash, a device never end
-            yield f"{p}: is {special_kind(p)}, not a regular file (listed in the manifest as a data file)"
-            continue
         try:
-            size = sizes[name] if remote else p.stat().st_size
+            if remote:
+                size = sizes[name]
+                digest = size == meta["bytes"] and _hash(p, name, remote)
+            else:
+                with os.fdopen(opened(name), "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    digest = size == meta["bytes"] and stream_hash(f)
             if size != meta["bytes"]:
                 yield f"{p}: {size} bytes, but the manifest records {meta['bytes']} (truncated or damaged)"
-            elif (digest := _hash(p, name, remote)) != meta["xxh3_64"]:
+            elif digest != meta["xxh3_64"]:
                 yield f"{p}: xxh3_64 {digest} does not match the manifest's {meta['xxh3_64']} (damaged)"
+        except PixfeedError as e:  # a link, a FIFO or device (as the data file listed in the manifest)
+            yield str(e)
         except (FileNotFoundError, KeyError):
             yield f"{p}: data file missing (listed in the manifest)"
         except OSError as e:
             yield f"{p}: cannot read ({e.strerror or e})"
 
 
-def _hash(path, name: str, remote: Optional[Store]) -> str:
-    if remote is None:
-        return file_hash(path)
+def _hash(path, name: str, remote: Store) -> str:
     with remote.open(name) as f, remote.errors(str(path)):
         return stream_hash(f)
 
 
-def _check_count(root, manifest: dict, remote: Optional[Store], linked) -> Iterator[str]:
+def _check_count(root, manifest: dict, remote: Optional[Store], opened) -> Iterator[str]:
     if not manifest.get("keys_file"):
         yield f"{root}: the manifest names no keys_file (the record keys)"
         return
-    n, path = manifest["count"], join(root, manifest["keys_file"])
-    if linked(manifest["keys_file"]):
-        yield linked(manifest["keys_file"])
-        return
+    name = manifest["keys_file"]
+    n, path = manifest["count"], join(root, name)
     try:
-        keys = json.loads(remote.read(manifest["keys_file"]) if remote else read_file(path, MANIFEST_BYTES))
+        keys = json.loads(read_object(remote, name, MANIFEST_BYTES, path, "keys file") if remote else
+                          read_open(opened(name), MANIFEST_BYTES, path, "keys file"))
+    except PixfeedError as e:
+        yield str(e)
+        return
     except (OSError, ValueError, RecursionError) as e:
         yield f"{path}: cannot read the record keys ({e})"
         return
