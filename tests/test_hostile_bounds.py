@@ -286,3 +286,54 @@ def test_verify_parses_the_manifest_once(packed, capsys, monkeypatch):
         code, out, err = in_process(capsys, "verify", packed(fmt, store), "-q")
         assert code == 0, (out, err)
         assert sum(w.endswith("pixfeed.json") for w in parsed) == 1, parsed
+
+
+# ---- item 6: a Parquet index whose cells expand far past its bytes ----
+
+def parquet_bombs(folder: Path) -> dict:
+    """{name: path} of small Parquet files that decode to far more than their bytes, each by another way
+    in (the compressed one to 64 MiB: the test lowers the limit rather than write 256 MiB)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out, n = {}, 2048
+    out["dictionary"] = folder / "dictionary.parquet"  # one 1 MiB value named by every row: 2 GiB in ~1 KB
+    note = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["a" * (1 << 20)]))
+    pq.write_table(pa.table({"path": pa.array(["a.jpg"] * n), "note": note}), out["dictionary"],
+                   compression="zstd", row_group_size=n)
+    out["compressed"] = folder / "compressed.parquet"  # plain pages, compressed 20,000 to 1
+    pq.write_table(pa.table({"path": ["a.jpg"] * 64, "note": ["a" * (1 << 20)] * 64}), out["compressed"],
+                   compression="zstd", use_dictionary=False)
+    out["rows"] = folder / "rows.parquet"  # 6M rows of nulls: 48 MB of pointers, and an object each
+    pq.write_table(pa.table({"path": pa.nulls(6 << 20, pa.string())}), out["rows"], row_group_size=6 << 20)
+    return out
+
+
+def test_parquet_bombs_are_refused_before_their_cells_are_made(tmp_path, monkeypatch):
+    from pixfeed.errors import OverLimitError
+    from pixfeed.sources import tables
+    from pixfeed.sources.index import scan_index
+    (tmp_path / "src").mkdir()
+    bombs = parquet_bombs(tmp_path)
+    assert all(p.stat().st_size < 200_000 for p in bombs.values())
+    for kind, words in (("dictionary", "bytes of text"), ("rows", "cells")):
+        with deadline(30), pytest.raises(OverLimitError, match=words):
+            scan_index(bombs[kind], tmp_path / "src")
+    monkeypatch.setattr(tables, "CELLS_BYTES", 16 << 20)  # 64 MiB of pages in 4 KB
+    with deadline(30), pytest.raises(OverLimitError, match="pages take"):
+        scan_index(bombs["compressed"], tmp_path / "src")
+    monkeypatch.undo()
+    # the CLI, in a child of bounded address space: one named line
+    r = limited_run("pack", tmp_path / "src", tmp_path / "dst", "--index", bombs["dictionary"], "-q")
+    one_line_error(r, "dictionary.parquet", "repeats values")
+
+
+def test_a_compressible_parquet_index_of_many_rows_is_read(tmp_path):
+    """Real indexes compress well (paths sharing prefixes, labels repeating): 1M rows in ~1.4 MB pass."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pixfeed.sources.tables import read_table
+    n = 1 << 20
+    pq.write_table(pa.table({"path": [f"c{i % 100}/{i:08d}.jpg" for i in range(n)], "label": [i % 100 for i in range(n)]}),
+                   tmp_path / "big.parquet", compression="zstd")
+    columns, rows, _ = read_table(tmp_path / "big.parquet", (tmp_path / "big.parquet").read_bytes())
+    assert len(columns["path"]) == n and columns["path"][12345] == "c45/00012345.jpg" and columns["label"][-1] == 75

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ..errors import OptionError, OverLimitError, SourceError
-from ..storage.bounded import CELL_CHARS, COLUMNS, SPARSE, loads
+from ..storage.bounded import CELL_CHARS, CELLS, CELLS_BYTES, COLUMNS, MANIFEST_OBJECTS, SPARSE, loads
 
 SUFFIXES = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 
@@ -109,13 +109,62 @@ def hf_class_names(path: Path, data: bytes) -> Dict[str, List[str]]:
         import pyarrow.parquet as pq
 
         meta = pq.read_schema(pa.BufferReader(data)).metadata or {}
-        features = json.loads(meta.get(b"huggingface", b"{}")).get("info", {}).get("features", {})
+        features = loads(meta.get(b"huggingface", b"{}"), path, MANIFEST_OBJECTS).get("info", {}).get("features", {})
     except Exception:  # noqa: BLE001 - metadata beside a table read already: unreadable metadata names nothing
         return {}
     if not isinstance(features, dict):
         return {}
     return {column: [str(n) for n in f["names"]] for column, f in features.items()
             if isinstance(f, dict) and f.get("_type") == "ClassLabel" and isinstance(f.get("names"), list)}
+
+
+class _Cells:
+    """What a Parquet index's cells may take (docs/untrusted-data.md, "Bounded work"), checked before a row
+    group is read from its footer: the group's pages after decompression and the cells (rows x columns, each
+    a Python object) at most CELLS beyond 16 a byte of the file; then, as each group is read, the bytes of
+    its text (and nested values) at most CELLS_BYTES beyond 64 times the file's bytes (``add``).  A
+    dictionary-encoded column repeats one value in every row: 843 bytes of Parquet held 2 GB of text.  A
+    real index compresses well (10M rows of paths and labels: 13 MB), so the limits are on what one byte
+    of the file may become, generously."""
+
+    def __init__(self, path: Path, size: int, meta) -> None:
+        self.path, self.size, self.text = path, size, 0
+        groups = [meta.row_group(g) for g in range(meta.num_row_groups)]
+        self._check(max((g.total_byte_size for g in groups), default=0), CELLS_BYTES + 64 * size,
+                    "one row group's pages take", "bytes")
+        self._check(meta.num_rows * meta.num_columns, CELLS + 16 * size, "it holds", "cells")
+
+    def add(self, nbytes: int) -> None:
+        self.text += nbytes
+        self._check(self.text, CELLS_BYTES + 64 * self.size, "its cells hold", "bytes of text")
+
+    def _check(self, n: int, limit: int, what: str, unit: str) -> None:
+        if n > limit:
+            raise OverLimitError(f"{self.path}: {what} {n:,} {unit}, over pixfeed's limit of {limit:,} for an index "
+                                 f"file of {self.size:,} bytes; the file repeats values far more than an index "
+                                 "needs (docs/untrusted-data.md)")
+
+
+def _is_text(pa, kind) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+        or pa.types.is_large_binary(kind)
+
+
+def _text_bytes(pa, column) -> int:
+    """The bytes of ``column``'s text cells as Python objects will hold them (a dictionary's value counted in
+    every row that names it), and 8 x the Arrow bytes of a nested one (a list's items are objects too)."""
+    import pyarrow.compute as pc
+
+    total = 0
+    for chunk in column.chunks:
+        kind = chunk.type.value_type if pa.types.is_dictionary(chunk.type) else chunk.type
+        if _is_text(pa, kind):
+            values = pc.take(pc.binary_length(chunk.dictionary), chunk.indices) \
+                if pa.types.is_dictionary(chunk.type) else pc.binary_length(chunk)
+            total += int(pc.sum(values).as_py() or 0)
+        elif pa.types.is_nested(kind):
+            total += 8 * chunk.nbytes
+    return total
 
 
 def _parquet(path: Path, data: bytes):
@@ -130,11 +179,19 @@ def _parquet(path: Path, data: bytes):
         # ~3x its bytes (read, decompressed, decoded) beside the Python cells; the pool's freed memory is
         # handed back to the system at the end (mimalloc and jemalloc keep it otherwise)
         f = pq.ParquetFile(pa.BufferReader(data))
-        columns: Dict[str, list] = {name: [] for name in f.schema_arrow.names}
+        schema = f.schema_arrow
+        text = [n for n, t in zip(schema.names, schema.types) if _is_text(pa, t)]
+        f = pq.ParquetFile(pa.BufferReader(data), read_dictionary=text)  # repeated values stay shared in Arrow
+        columns: Dict[str, list] = {name: [] for name in schema.names}
+        cells = _Cells(path, len(data), f.metadata)
         for group in range(f.num_row_groups):
             table = f.read_row_group(group)
-            for name in table.column_names:
-                columns[name] += table.column(name).to_pylist()
+            cells.add(sum(_text_bytes(pa, table.column(name)) for name in table.column_names))
+            for name in table.column_names:  # decoded once counted (a DictionaryArray's to_pylist is 10x slower)
+                column = table.column(name)
+                if pa.types.is_dictionary(column.type):
+                    column = column.cast(column.type.value_type)
+                columns[name] += column.to_pylist()
             del table
     except (pa.ArrowException, OSError) as e:
         raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
