@@ -32,6 +32,7 @@ FAST_COLORSPACES = ("YCbCr", "Gray")
 MAX_SCANS = 100  # encoders write 1 (baseline) to about 10-20 (progressive) scans
 _SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers (C4: DHT, C8: JPG, CC: DAC)
+_SEQUENTIAL = (0xC0, 0xC1, 0xC9)  # baseline, extended and arithmetic-coded sequential frames
 _SOS_WORD = np.dtype("<u2").type(0xDAFF)  # the bytes FF DA read as one little-endian 16-bit word
 _ORIENTATION_TAG = 0x0112
 
@@ -57,11 +58,15 @@ def probe(data: bytes) -> Optional[JpegHead]:
 
 
 def refusal(data) -> Optional[str]:
-    """Why no decode path takes this JPEG (the module's docstring), else None."""
-    precision = sample_precision(data)
+    """Why no decode path takes this JPEG (the module's docstring), else None.  The scans of a sequential
+    JPEG whose first scan holds every component are not counted (most photos: libjpeg-turbo, under Pillow
+    and simplejpeg alike, refuses a second scan there), nor those of a header it cannot parse."""
+    sof, precision, components, first_scan = frame(data)
     if precision is not None and precision != 8:
         return (f"{precision}-bit JPEG (sample precision {precision}): only 8-bit JPEGs are decoded; "
                 "convert it (to an 8-bit JPEG, or a 16-bit PNG) to keep it")
+    if sof in _SEQUENTIAL and first_scan == components:
+        return None
     scans = count_scans(data)
     if scans > MAX_SCANS:
         return (f"JPEG of {scans} scans (start-of-scan markers), more than the {MAX_SCANS} pixfeed decodes: "
@@ -69,13 +74,16 @@ def refusal(data) -> Optional[str]:
     return None
 
 
-def sample_precision(data) -> Optional[int]:
-    """The bits per sample its frame header gives (8 for nearly every JPEG); None when none is found
-    before the first scan (the decoder then says what is wrong)."""
+def frame(data) -> tuple:
+    """(start-of-frame marker, bits per sample, components, components of the first scan) from the
+    header; None for what is not found before the first scan (the decoder then says what is wrong)."""
+    sof = precision = components = None
     for marker, pos in _markers(data):
-        if marker in _SOF:
-            return data[pos + 4] if pos + 4 < len(data) else None
-    return None
+        if marker in _SOF and sof is None and pos + 9 < len(data):
+            sof, precision, components = marker, data[pos + 4], data[pos + 9]
+        elif marker == _SOS:
+            return sof, precision, components, data[pos + 4] if pos + 4 < len(data) else None
+    return sof, precision, components, None
 
 
 def count_scans(data) -> int:
@@ -115,8 +123,8 @@ def _app1_segments(data: bytes):
 
 
 def _markers(data):
-    """Yield (marker, position) of each segment before the first scan; (None, position) for a
-    malformed header (the walk then ends)."""
+    """Yield (marker, position) of each segment up to the first scan's (SOS, the last yielded);
+    (None, position) for a malformed header (the walk then ends)."""
     pos, end = 2, len(data)
     while pos + 4 <= end:
         if data[pos] != 0xFF:
@@ -126,9 +134,11 @@ def _markers(data):
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
-        if marker in (_SOS, _EOI):
+        if marker == _EOI:
             return
         yield marker, pos
+        if marker == _SOS:
+            return
         pos += 2 + struct.unpack_from(">H", data, pos + 2)[0]
     yield None, pos
 
