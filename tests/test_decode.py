@@ -244,3 +244,28 @@ def test_tiny_rotated_jpeg_random_crops_reach_torch(tmp_path, orientation, wh):
                 assert torch.from_numpy(arr).shape == (224, 224, 3)
         finally:
             regiondecode.ENABLED = saved
+
+
+def test_library_warnings_are_routed_per_thread_and_leave_the_process_as_it_was():
+    """Decode threads each collect their own Pillow warnings; when the last leaves, Python's warnings
+    filters and showwarning are what they were (a racing catch_warnings could leave a dead recorder)."""
+    import threading
+    import warnings
+    from pixfeed.image.pillow import library_warnings
+
+    filters, shown = list(warnings.filters), warnings.showwarning
+    sinks, start = [[] for _ in range(4)], threading.Barrier(4)
+
+    def work(sink, n):
+        start.wait()
+        for k in range(200):
+            with library_warnings(sink):
+                warnings.warn_explicit(f"thread {n} warning {k}", UserWarning, "/x/PIL/Fake.py", 1, module="PIL.Fake")
+    threads = [threading.Thread(target=work, args=(s, n)) for n, s in enumerate(sinks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [len(s) for s in sinks] == [200] * 4
+    assert all(all(f"thread {n} " in text for text in s) for n, s in enumerate(sinks))
+    assert warnings.filters == filters and warnings.showwarning is shown

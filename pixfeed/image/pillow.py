@@ -121,7 +121,9 @@ def _open_unbounded(data: bytes, fmt: str, where: str) -> Image.Image:
 
 
 _hold = threading.Lock()
-_routing = {"depth": 0, "showwarning": None, "filter": None}
+_routing = {"depth": 0, "showwarning": None}
+# every one (not once per place), raised in PIL or by PIL for its caller in pixfeed.image (a warnings filter)
+_ALWAYS = ("always", None, Warning, re.compile(r"(PIL|pixfeed\.image)(\.|$)"), 0)
 _sink = threading.local()  # the list this thread's library warnings go to while ``library_warnings`` runs
 
 
@@ -139,10 +141,9 @@ def library_warnings(sink: Optional[List[str]] = None, where: Optional[str] = No
     logged, sink = sink is None, [] if sink is None else sink
     with _hold:
         if _routing["depth"] == 0:
-            # every one (not once per place), raised in PIL or by PIL for its caller in pixfeed.image
-            warnings.filterwarnings("always", module=r"(PIL|pixfeed\.image)(\.|$)")
-            _routing.update(filter=warnings.filters[0], showwarning=warnings.showwarning)
-            warnings.showwarning = _route
+            warnings.filters.insert(0, _ALWAYS)
+            warnings._filters_mutated()
+            _routing["showwarning"], warnings.showwarning = warnings.showwarning, _route
         _routing["depth"] += 1
     _sink.list = sink
     try:
@@ -154,8 +155,8 @@ def library_warnings(sink: Optional[List[str]] = None, where: Optional[str] = No
             if _routing["depth"] == 0:
                 if warnings.showwarning is _route:
                     warnings.showwarning = _routing["showwarning"]
-                if _routing["filter"] in warnings.filters:
-                    warnings.filters.remove(_routing["filter"])
+                if _ALWAYS in warnings.filters:
+                    warnings.filters.remove(_ALWAYS)
                     warnings._filters_mutated()
         for text in sink if logged else ():
             log.info("%s: %s", where or "<bytes>", text)
