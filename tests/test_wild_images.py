@@ -294,3 +294,17 @@ def test_every_read_path_refuses_what_no_decoder_may_read(tmp_path, case):
     for call in calls:
         with pytest.raises(ImageDecodeError, match=r"x\.jpg: (12-bit JPEG|JPEG of 400 scans)"):
             call()
+
+
+@pytest.mark.parametrize("fmt", sorted(registry.FORMATS))
+def test_every_packed_wild_file_reads_back_cropped_in_every_format(tmp_path, fmt):
+    """What a pack of the wild corpus (bad files skipped) accepted, every reader decodes: random and
+    center crops, fast and exact, no error of any kind (the goal: nothing packed fails to read)."""
+    src = _bad_and_good(tmp_path / "src")
+    m = pack(src, tmp_path / "ds", fmt, store="encoded", workers=1, on_error="skip")
+    for crop in ("random", "center"):
+        for exact in (False, True):
+            ds = open_dataset(tmp_path / "ds", size=16, crop=crop, exact=exact)
+            images = [img for img, _ in ds] if isinstance(ds, IterableDataset) else \
+                [ds[i][0] for i in range(len(ds))]
+            assert len(images) == m["count"] and all(tuple(img.shape) == (3, 16, 16) for img in images)
