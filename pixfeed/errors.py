@@ -80,10 +80,6 @@ class NotOursError(OverwriteRefusedError):
     are never deleted: a name or a marker anyone could write authorises nothing."""
 
 
-class NoSpaceError(OutputError):
-    """The file system holding DST has less free space than a pack would reserve (checked before reserving)."""
-
-
 def require_int(name: str, value: Any, minimum: int, auto: bool = False) -> int:
     """``value`` if it is an integer >= ``minimum`` (not a bool), else an OptionError naming ``name``;
     ``auto`` says that the caller also takes "auto" (checked before calling)."""

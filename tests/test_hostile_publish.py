@@ -341,3 +341,53 @@ def test_verify_of_a_dataset_whose_files_are_fifos_and_folders_names_each(tmp_pa
     assert cli.main(["verify", "-q", str(dst)]) == 1
     out = capsys.readouterr().out
     assert "keys.json: is a FIFO" in out and "labels.npy" in out and "Traceback" not in out
+
+
+# ---- 4. disk is reserved by what is really there, and never past the file system's free space -----------------
+
+@pytest.fixture
+def reserved(monkeypatch) -> list:
+    """The sizes posix_fallocate is asked for (in this process and forked workers), none granted past 64 MiB:
+    a test must not fill the machine's disk if the rule breaks."""
+    asked, real = [], os.posix_fallocate
+
+    def fallocate(fd, offset, length):
+        asked.append(length)
+        if length > 64 << 20:
+            raise OSError(28, "No space left on device (test: refused to reserve what input claims)")
+        real(fd, offset, length)
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    return asked
+
+
+def test_a_repack_checks_the_offsets_against_the_data_file_before_reserving(tmp_path, src, reserved):
+    import numpy as np
+
+    old = tmp_path / "old"
+    pixfeed.pack(src, old, "mmap", store="encoded", workers=1)
+    offsets = np.load(old / "offsets.npy")
+    offsets[-1] = 100 << 30  # 100 GiB claimed for a data.bin of a few KB
+    np.save(old / "offsets.npy", offsets)
+    reserved.clear()
+    with pytest.raises(pixfeed.errors.CorruptDataError, match=r"data.bin|offsets"):
+        pixfeed.pack(old, tmp_path / "new", "mmap", workers=1)
+    assert max(reserved, default=0) < 1 << 20 and leftovers(tmp_path) == [] and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("fmt", ["mmap", "wds"])
+def test_sparse_source_files_reserve_only_the_blocks_they_hold(tmp_path, src, reserved, fmt):
+    for i in range(4):
+        with open(src / "cat" / f"sparse{i}.jpg", "wb") as f:
+            f.truncate(48 << 20)  # 48 MiB by st_size, no block on disk
+    m = pixfeed.pack(src, tmp_path / "ds", fmt, store="encoded", workers=1, on_error="skip")
+    assert len(m["skipped"]) == 4 and max(reserved) < 8 << 20, reserved
+
+
+def test_a_reservation_past_the_free_space_is_refused_before_anything_is_written(tmp_path, src, monkeypatch,
+                                                                                capsys):
+    """A small file system: 1 MiB free of 100 MiB.  The pixels of 6 images at 256x256 (1.2 MB) do not fit."""
+    monkeypatch.setattr(os, "fstatvfs", lambda fd: os.statvfs_result((4096, 4096, 25600, 256, 256, 0, 0, 0, 0, 255)))
+    assert cli.main(["pack", str(src), str(tmp_path / "ds"), "--size", "256", "--workers", "1", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and "nothing was reserved" in err[0], err
+    assert not (tmp_path / "ds").exists() and leftovers(tmp_path) == []

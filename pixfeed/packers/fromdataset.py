@@ -15,12 +15,13 @@ dataset onto itself is refused.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterator, Tuple
 
 import numpy as np
 
 from ..image.decode import pixel_limit
-from ..errors import OptionError
+from ..errors import CorruptDataError, OptionError
 from ..fields import array, picture
 from ..fields.codec import decode
 from ..manifest import MANIFEST_NAME, read_manifest
@@ -117,9 +118,24 @@ def _sizes(ds, n: int) -> np.ndarray:
     bytes."""
     extents = ds.record_extents() if ds.store == "encoded" and hasattr(ds, "record_extents") else None
     if extents is not None and extents.lengths is not None:
-        return np.asarray(extents.lengths, np.int64)
+        return _within(extents)
     stored = sum(meta["bytes"] for meta in ds.manifest["files"].values())
     return np.full(n, stored // max(n, 1), np.int64)
+
+
+def _within(extents) -> np.ndarray:
+    """The record lengths of ``extents``, each record checked to lie within its data file: they size the
+    new pack's file and the disk it reserves, and a dataset's offsets are input (100 GiB claimed for a
+    1 KB data.bin reserved 100 GiB).  CorruptDataError naming the first record that does not."""
+    starts, lengths = np.asarray(extents.starts, np.int64), np.asarray(extents.lengths, np.int64)
+    size = os.stat(extents.path).st_size
+    bad = np.flatnonzero((starts < 0) | (lengths < 0) | (starts > size) | (lengths > size - starts))
+    if len(bad):
+        i = int(bad[0])
+        raise CorruptDataError(f"{extents.path}: record {i} lies at bytes {int(starts[i]):,}..+{int(lengths[i]):,} "
+                               f"by the dataset's offsets, outside the file's {size:,} bytes; the dataset is "
+                               "damaged (run 'pixfeed verify')")
+    return lengths
 
 
 def _labels_values(ds, names, n: int) -> tuple:

@@ -60,7 +60,7 @@ class PlacedFile:
         with open(self.path, "wb") as f:
             f.truncate(self.regions[-1])
             if reserve:
-                _files.reserve(f.fileno(), self.regions[-1])
+                _files.reserve(f.fileno(), self.regions[-1], self.path)
 
     def write(self, task: int, records: Iterable[Record]) -> tuple:
         """(the records' lengths, bytes written in the region) of task ``task`` (in a worker)."""

@@ -41,6 +41,7 @@ from ..errors import OptionError
 from ..fields import codec
 from ..fields.members import to_member
 from ..layouts.wds import LABEL_EXTENSION, MEMBER_EXTENSIONS, META_EXTENSION, member_keys, shard_name
+from ..storage.bounded import planned_size
 from . import _tar
 from ._files import reserve, writev_all
 from .records import Record
@@ -156,7 +157,7 @@ class WdsWriter(Writer):
         if isinstance(value, bytes) or self.source.remote is not None:
             return len(value) if isinstance(value, bytes) else 0
         try:
-            return (self.source.root / value).stat().st_size
+            return planned_size((self.source.root / value).stat())  # a sparse file by the blocks it holds
         except OSError:
             return 0  # reported when the file is read
 
@@ -186,7 +187,7 @@ class WdsWriter(Writer):
         path, count, offset = self.root / (shard_name(shard) if whole else part_name(shard, task)), 0, 0
         f = _Hashing(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
         try:
-            reserve(f.fd, self.reserved[task])
+            reserve(f.fd, self.reserved[task], path)
             for rec in records:
                 offset += f.write(self._sample(rec, self.starts[task] + count))
                 count += 1

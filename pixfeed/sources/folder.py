@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import SourceError
-from ..storage.bounded import IMAGE_BYTES, read_file
+from ..storage.bounded import IMAGE_BYTES, planned_size, read_file
 from ..storage.store import Store, is_url, join, local_path
 
 DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -199,6 +199,6 @@ def scan(root: str | os.PathLike, extensions=None, storage_options: Optional[dic
 
 def _size(path: str) -> int:
     try:
-        return os.stat(path).st_size
+        return planned_size(os.stat(path))  # a sparse file by the blocks it holds
     except OSError:
         return 0  # reported when the file is read

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..storage.bounded import INDEX_BYTES, int64, read_file, read_object
+from ..storage.bounded import INDEX_BYTES, int64, planned_size, read_file, read_object
 from ..errors import OptionError, OutsideSourceError, OverLimitError, PixfeedError, SourceError
 from ..fields import Field, check_name, parse_field_option, parse_type, per_box_fields
 from ..fields.codec import is_missing, parse
@@ -317,6 +317,6 @@ def _check_src(name: str, rows: List[str], src: IndexSource, src_given: bool, lo
 
 def _size(path: Path) -> int:
     try:
-        return path.stat().st_size
+        return planned_size(path.stat())  # a sparse file by the blocks it holds
     except OSError:
         return 0

@@ -30,6 +30,18 @@ NAMES_BYTES = 256 << 20    # a --class-names file
 INT64 = (-(1 << 63), (1 << 63) - 1)  # labels and sizes are stored as int64
 
 
+SPARSE_SLACK = 1 << 20    # a file is planned at no more than the blocks it holds plus this (planned_size)
+
+
+def planned_size(st: os.stat_result) -> int:
+    """The bytes a pack plans (and reserves disk) for a source file: its size, but no more than the blocks
+    it holds plus 1 MiB.  A sparse file claims a size its disk does not hold (``truncate -s 1G x.jpg``),
+    and reserving by that filled a small file system for nothing (its reading is then refused or skipped
+    as no image); a file system that reports no blocks (some FUSE mounts) has files planned at 1 MiB, a
+    record beyond that going to the pack's part files."""
+    return min(st.st_size, st.st_blocks * 512 + SPARSE_SLACK)
+
+
 def mib(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
