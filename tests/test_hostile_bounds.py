@@ -337,3 +337,60 @@ def test_a_compressible_parquet_index_of_many_rows_is_read(tmp_path):
                    tmp_path / "big.parquet", compression="zstd")
     columns, rows, _ = read_table(tmp_path / "big.parquet", (tmp_path / "big.parquet").read_bytes())
     assert len(columns["path"]) == n and columns["path"][12345] == "c45/00012345.jpg" and columns["label"][-1] == 75
+
+
+# ---- item 7: tar header extensions (PAX, GNU long names, sparse maps) bounded before they are read ----
+
+def pax_records(name: bytes, *records: tuple, kind: bytes = b"x") -> bytes:
+    from test_hostile_input import member
+    body = b""
+    for key, value in records:
+        text = b" " + key + b"=" + value + b"\n"
+        n = len(text) + 1
+        while len(str(n)) + len(text) != n:
+            n += 1
+        body += str(n).encode() + text
+    return member(b"PaxHeader/" + name, body, kind)
+
+
+def test_a_huge_pax_header_in_a_sparse_plain_tar_is_not_read(tmp_path):
+    from test_hostile_input import header, jpeg as jpg, member
+    src = tmp_path / "src"
+    src.mkdir()
+    big = 3 << 29  # 1.5 GiB of PAX records, a hole on disk
+    path = src / "s-000000.tar"
+    first = member(b"a.jpg", jpg())
+    with open(path, "wb") as f:
+        f.write(first + header(b"PaxHeader/b.jpg", b"%011o\0" % big, b"x"))
+        f.truncate(f.tell() + big + 1024)
+    assert path.stat().st_blocks * 512 < 1 << 20
+    r = limited_run("pack", src, tmp_path / "dst", "--format", "mmap", "--size", "8", "-q")
+    one_line_error(r, "s-000000.tar", f"PAX header at byte {len(first)}", "1 MiB")
+
+
+EXTENSIONS = {  # (parts after one good member, words of the error)
+    "pax-8mib": (lambda: [pax_records(b"b.jpg", (b"comment", b"x" * (8 << 20)))], ["PAX header", "1 MiB"]),
+    "gnu-long-name-8mib": (lambda: [__import__("test_hostile_input").member(b"././@LongLink", b"n" * (8 << 20), b"L")],
+                            ["GNU long name", "1 MiB"]),
+    "gnu-long-link-8mib": (lambda: [__import__("test_hostile_input").member(b"././@LongLink", b"n" * (8 << 20), b"K")],
+                            ["GNU long link name", "1 MiB"]),
+    "gnu-sparse-old": (lambda: [__import__("test_hostile_input").member(b"b.jpg", b"x" * 512, b"S")], ["sparse"]),
+    "gnu-sparse-1.0": (lambda: [pax_records(b"b.jpg", (b"GNU.sparse.major", b"1"), (b"GNU.sparse.minor", b"0"),
+                                            (b"GNU.sparse.name", b"b.jpg"), (b"GNU.sparse.realsize", b"99")),
+                                __import__("test_hostile_input").member(b"b.jpg", b"999999999\n" + b"0\n" * 100)],
+                       ["sparse"]),
+    "global-pax-8mib": (lambda: [pax_records(b"g", (b"comment", b"x" * (8 << 20)), kind=b"g")], ["PAX header", "1 MiB"]),
+}
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["tar", "tar.gz"])
+@pytest.mark.parametrize("kind", sorted(EXTENSIONS))
+def test_tar_header_extensions_are_bounded(tmp_path, capsys, kind, gz):
+    """Each way in, in a plain shard (walked, seeking) and a .tar.gz (streamed): a named error in bounded
+    memory, instead of tarfile reading the extension whole (or walking a sparse map)."""
+    from test_hostile_input import gz_shard, member, shard
+    parts, words = EXTENSIONS[kind]
+    src = (gz_shard if gz else shard)(tmp_path / "src", member(b"a.jpg", jpeg()), *parts())
+    code, out, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q")
+    assert code == 2 and err.count("\n") == 1 and "s-000000.tar" in err, err
+    assert all(w in err for w in words), err
