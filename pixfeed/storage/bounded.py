@@ -22,6 +22,7 @@ CELL_CHARS = 64 << 20      # one CSV cell (Python's csv module stops at 128 KiB;
 COLUMNS = 4096             # columns of one index file (each becomes a field)
 SPARSE = 64                # a JSONL table may fill at most 64 x the cells its rows hold (+ 1M) with nulls
 MANIFEST_BYTES = 256 << 20  # pixfeed.json, keys.json
+EXTENSION_BYTES = 1 << 20  # a tar header's extension read whole: a PAX header, a GNU long name
 MANIFEST_OBJECTS = 256 << 20  # the Python objects parsing pixfeed.json may build, estimated (json_cost)
 CELLS = 4 << 20            # cells (rows x columns) of a Parquet index beyond 16 a byte of the file
 CELLS_BYTES = 256 << 20    # text (and nested values) of a Parquet index's cells beyond 64 x the file's bytes
