@@ -1,12 +1,14 @@
 #!/bin/bash
-# One-shot check of the GPU path on a CUDA machine (issue 37), about 8 minutes in all:
+# One-shot check of the GPU path on a CUDA machine (issues 37, 45), at most 9.5 minutes in all:
 #   1. the environment: nvidia-smi, torch and nvImageCodec versions, `pixfeed doctor --json`   (~10 s)
 #   2. the tests marked gpu (python -m pytest -m gpu), in the test files that hold them          (<= 150 s)
-#   3. benchmarks/gpu_feed.py on the carried photos, time-boxed to 5 minutes                      (<= 320 s)
+#   3. benchmarks/gpu_host.py: the device stage's host µs per image (CPU only, no GPU needed)     (<= 90 s)
+#   4. benchmarks/gpu_feed.py on the carried photos, time-boxed to 5 minutes                      (<= 320 s)
 # From the project root of a checkout with .device-carry/ beside it (see benchmarks/gpu_feed.py):
 #   . .device-carry/env.sh && bash benchmarks/gpu_check.sh
 # Results go to $OUT (where the device runner collects them) or else ./gpu-check/: environment.txt,
-# doctor.json, pytest-gpu.log, pytest-gpu.xml, gpu_feed.json (rewritten after every row), gpu_feed.log.
+# doctor.json, pytest-gpu.log, pytest-gpu.xml, gpu_host.json, gpu_host.log, gpu_feed.json (rewritten after
+# every row), gpu_feed.log.
 # Every step runs whatever the one before gave; the exit status is the first failure's.
 # IMAGES=DIR replaces .device-carry/img; FEED_ARGS="--seconds 4" adds arguments to gpu_feed.py.
 set -u -o pipefail
@@ -51,6 +53,11 @@ if [ -n "$files" ]; then
 else
   echo "no test file holds a pytest.mark.gpu test" | tee "$RESULTS/pytest-gpu.log"
 fi
+
+note "benchmarks/gpu_host.py"
+timeout 90 python benchmarks/gpu_host.py --images "$IMAGES" --batches 4 --out "$RESULTS/gpu_host.json" 2>&1 \
+  | tee "$RESULTS/gpu_host.log"
+keep $?
 
 note "benchmarks/gpu_feed.py"
 timeout 320 python benchmarks/gpu_feed.py --images "$IMAGES" --out "$RESULTS/gpu_feed.json" ${FEED_ARGS:-} 2>&1 \

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import time
 
 import numpy as np
@@ -153,19 +154,20 @@ def test_cmyk_and_refused_images_fall_back_inside_the_batch(monkeypatch):
         def decode(self, src, **kw):
             return [None if j == 1 else img for j, img in enumerate(real.decode(src, **kw))]
 
-    dec._local.codec = (n, Raising(), params)
+    dec._codec_of = (os.getpid(), (n, Raising(), params))
     gpu.reset_stats()
     out = dec.decode(data, plans, SIZE)
     assert (gpu.stats()["gpu_decoded"], gpu.stats()["cpu_fallback"]) == (3, 1)  # CMYK never reached nvImageCodec
     for j in range(4):
         assert psnr(hwc(out[j]), decode(data[j], size=SIZE, plan=plans[j], exact=False)) >= 35
-    dec._local.codec = (n, Refusing(), params)
+    dec._codec_of = (os.getpid(), (n, Refusing(), params))
     gpu.reset_stats()
     refused = dec.decode(data, plans, SIZE)
     assert (gpu.stats()["gpu_decoded"], gpu.stats()["cpu_fallback"]) == (2, 2)
     np.testing.assert_array_equal(hwc(refused[2]), decode(data[2], size=SIZE, plan=plans[2], exact=False))
     assert torch.equal(refused[0], out[0]) and torch.equal(refused[3], out[3])
-    dec._local.codec = (n, type("Nones", (), {"decode": lambda self, src, **kw: [None] * len(src)})(), params)
+    nones = type("Nones", (), {"decode": lambda self, src, **kw: [None] * len(src)})()
+    dec._codec_of = (os.getpid(), (n, nones, params))
     gpu.reset_stats()
     again = dec.decode(data, plans, SIZE)
     assert gpu.stats()["cpu_fallback"] == 4
@@ -185,7 +187,7 @@ def test_refused_region_decodes_are_retried_whole_on_the_device(records, monkeyp
             self.seen = True
             return [None] * len(src) if first else real.decode(src, **kw)
 
-    dec._local.codec = (n, NoRegions(), params)
+    dec._codec_of = (os.getpid(), (n, NoRegions(), params))
     gpu.reset_stats()
     out = dec.decode(jpegs, plans, SIZE)
     assert gpu.stats()["gpu_region"] == 0 and gpu.stats()["gpu_decoded"] == 4
@@ -244,13 +246,20 @@ def device_plans(monkeypatch):
     seen = []
     real_decode, real_crop = gpu.BatchDecoder.decode, gpu.crop_resize_batch
 
-    def decode_recording(self, records, plans=None, size=None):
-        seen.extend(plans)
-        return real_decode(self, records, plans, size)
+    decoding = []
 
-    def crop_recording(images, plans, size):
+    def decode_recording(self, records, plans=None, size=None, heads=None):
         seen.extend(plans)
-        return real_crop(images, plans, size)
+        decoding.append(True)
+        try:
+            return real_decode(self, records, plans, size, heads)
+        finally:
+            decoding.pop()
+
+    def crop_recording(images, plans, size, params=None):
+        if not decoding:  # stored pixels (the decoder's plans are recorded above)
+            seen.extend(plans)
+        return real_crop(images, plans, size, params)
     monkeypatch.setattr(gpu.BatchDecoder, "decode", decode_recording)
     monkeypatch.setattr(gpu, "crop_resize_batch", crop_recording)
     return seen
@@ -294,7 +303,7 @@ def test_device_records_read_bytes_and_plans_not_pixels(packs):
     view = loader.dataset.dataset  # under the seeding wrapper
     assert isinstance(view, DeviceRecords) and loader.num_workers == 0
     batch = view.get_batch([0, 1, 2])
-    assert all(isinstance(r, bytes) for r in batch.records) and len(batch.plans) == 3
+    assert all(isinstance(r, (bytes, memoryview)) for r in batch.records) and len(batch.plans) == 3
 
 
 def test_resume_mid_epoch_gives_the_same_batches(packs):
@@ -498,7 +507,7 @@ def test_cuda_feed_streams_events_and_pinned_ring(packs, monkeypatch, store):
     reference = _cuda_batches(device_loader(ds, 2, device="cuda", decode_on="device", seed=3))
     loader = device_loader(ds, 2, device="cuda", decode_on="device", seed=3)
     stage = loader.pixfeed_device
-    stage._pinned = devicemod._Pinned(slots=1)
+    stage.staging = gpu.Staging(stage.device, slots=1)
     real = stage._make
     slow = 20_000_000  # about 10 ms of a GPU's clock
     monkeypatch.setattr(stage, "_make", lambda batch: (torch.cuda._sleep(slow), real(batch))[1])

@@ -33,9 +33,11 @@ backend into CPU tensors: the stand-in that runs all of this logic in CI.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
+from contextlib import nullcontext
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +46,7 @@ import torch.nn.functional as F
 
 from . import jpeghead
 from .decode import CROP_RATIO, decode as cpu_decode, oriented_size
+from . import geometry
 from .geometry import Plan, Size, plan as make_plan
 from .pillow import check_limit, sniff
 from . import pool as decodepool
@@ -215,10 +218,15 @@ def center_plan(w: int, h: int, size: Size) -> Plan:
 class BatchDecoder:
     """Decodes batches of encoded records into ``device`` memory (see the module's docstring).
 
-    ``decode(records, plans, size)``: uint8 N x 3 x H x W (channels_last) on the device, record ``j``
-    rendered by ``plans[j]`` (None: every record by ``center_plan``; ``size`` None: whole images,
-    which must then share one size).  ``region``: random crops of unrotated JPEGs decode only their box.
-    ``cpu_threads``: threads for the records that fall back to the CPU decoder."""
+    ``decode(records, plans, size, heads)``: uint8 N x 3 x H x W (channels_last) on the device, record ``j``
+    rendered by ``plans[j]`` (a ``geometry.Plans`` or a sequence of ``Plan``; None: every record by
+    ``center_plan``; ``size`` None: whole images, which must then share one size).  ``records``: bytes,
+    memoryviews or uint8 arrays, handed to nvImageCodec without a copy.  ``heads``: each record's
+    ``gpu_head`` when the caller parsed it already (None where the CPU decodes).  ``region``: random crops
+    of unrotated JPEGs decode only their box.  ``cpu_threads``: threads for the records that fall back to
+    the CPU decoder.  One nvImageCodec decoder serves every thread (one at a time), made on first use."""
+
+    PAD_SIDE = 768  # decoded images up to this side are resized together; a larger one alone (rare)
 
     def __init__(self, device, backend: str = "auto", region: bool = True, cpu_threads: int = 1) -> None:
         if backend not in BACKENDS:
@@ -237,12 +245,13 @@ class BatchDecoder:
             if self.device.index is None:
                 self.device = torch.device("cuda", torch.cuda.current_device())
         self.what = ""
-        self._local = threading.local()
+        self._codec_of: Optional[tuple] = None  # (pid, (nvimgcodec, decoder, params))
+        self._lock = threading.Lock()
+        self.staging = Staging(self.device)
 
     def _codec(self):
-        """(nvimgcodec, decoder, params) of this thread and process (a decoder is neither thread- nor fork-safe)."""
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():
+        """(nvimgcodec, decoder, params) of this process (a decoder is not fork-safe; ``_lock`` held)."""
+        if self._codec_of is None or self._codec_of[0] != os.getpid():
             if self.backend == "cpu":
                 def make():
                     n = _nvimgcodec()
@@ -252,41 +261,90 @@ class BatchDecoder:
             else:
                 n, decoder, self.what = _make_decoder(self.device.index, self.backend)
             params = n.DecodeParams(color_spec=n.SRGB, sample_format=n.I_RGB, apply_exif_orientation=False)
-            local.codec, local.pid = (n, decoder, params), os.getpid()
-        return local.codec
+            self._codec_of = os.getpid(), (n, decoder, params)
+        return self._codec_of[1]
 
-    def decode(self, records: Sequence, plans: Optional[Sequence[Optional[Plan]]] = None,
-               size: Optional[Size] = None) -> torch.Tensor:
+    def decode(self, records: Sequence, plans=None, size: Optional[Size] = None,
+               heads: Optional[Sequence] = None) -> torch.Tensor:
         start = time.perf_counter()
         count = len(records)
         if plans is not None and len(plans) != count:
             raise ValueError(f"{count} records but {len(plans)} plans")
-        if plans is not None and any(p is not None for p in plans) and size is None:
+        if plans is not None and size is None:
             raise ValueError("plans need size=, the output (H, W)")
-        heads = [gpu_head(r) for r in records]
-        plans = list(plans) if plans is not None else [None] * count
-        if size is not None:
-            for j, (head, p) in enumerate(zip(heads, plans)):
-                if p is None:
-                    w, h = head.oriented if head is not None else oriented_size(records[j], f"record {j}")
-                    plans[j] = center_plan(w, h, size)
+        heads = [gpu_head(r) for r in records] if heads is None else list(heads)
         for j, head in enumerate(heads):
             if head is not None:
                 check_limit(head.width, head.height, f"record {j}")
-        images = self._gpu_images(records, heads, plans)
+        if size is not None:
+            plans = self._plans(records, heads, plans, size)
+        with self._lock, (torch.cuda.device(self.device) if self.device.type == "cuda" else nullcontext()):
+            images, boxes = self._gpu_images(records, heads, plans)
+            out = self._render(images, plans, boxes, size) if size is not None else None
         fallback = [j for j in range(count) if images[j] is None]
-        outputs: List[Optional[torch.Tensor]] = [None] * count
-        for j, img in enumerate(images):
-            if img is not None:
-                outputs[j] = render(img, plans[j], size) if size is not None else img.permute(2, 0, 1)
+        outputs: List[Optional[torch.Tensor]] = [None] * count if size is None else []
+        if size is None:
+            for j, img in enumerate(images):
+                if img is not None:
+                    outputs[j] = img.permute(2, 0, 1)
 
         def on_cpu(j: int) -> None:
-            arr = cpu_decode(bytes(records[j]), size=size, plan=plans[j], where=f"record {j}", exact=False)
-            outputs[j] = torch.from_numpy(np.array(arr)).permute(2, 0, 1)
+            arr = cpu_decode(bytes(records[j]), size=size, plan=plans[j] if plans is not None else None,
+                             where=f"record {j}", exact=False)
+            tensor = torch.from_numpy(np.array(arr)).permute(2, 0, 1)
+            if size is None:
+                outputs[j] = tensor
+            else:
+                out[j].copy_(tensor)  # pageable pixels: a synchronous copy, for the rare fallback only
         decodepool.run(lambda k: on_cpu(fallback[k]), len(fallback), self.cpu_threads)
-        out = self._stack(outputs)
+        if size is None:
+            out = self._stack(outputs)
         _count(cpu_fallback=len(fallback), gpu_decoded=count - len(fallback),
                gpu_seconds=time.perf_counter() - start)
+        return out
+
+    @staticmethod
+    def _plans(records, heads, plans, size: Size) -> geometry.Plans:
+        """The batch's ``Plans``: the caller's, with ``center_plan`` where it gave None (or gave none)."""
+        if isinstance(plans, geometry.Plans):
+            return plans
+        if plans is None or any(p is None for p in plans):
+            sizes = np.array([head.oriented if head is not None else oriented_size(records[j], f"record {j}")
+                              for j, head in enumerate(heads)], np.int64).reshape(-1, 2)
+            center = geometry.plans(sizes[:, 0], sizes[:, 1], size, "center", crop_ratio=CROP_RATIO)
+            if plans is None:
+                return center
+            plans = [center[j] if p is None else p for j, p in enumerate(plans)]
+        return geometry.Plans.of(plans)
+
+    def _render(self, images: List[Optional[torch.Tensor]], plans: geometry.Plans, boxes: np.ndarray,
+                size: Size) -> torch.Tensor:
+        """The decoded images (each ``boxes[j]`` of it rendered by ``plans[j]``) as N x 3 x H x W uint8: those
+        up to ``PAD_SIDE`` laid top-left in one padded batch and resized in a few batched kernels, each
+        larger one alone; rows of images the CPU decodes are left for it."""
+        H, W = size
+        count = len(images)
+        out = torch.empty((count, 3, H, W), dtype=torch.uint8, device=self.device, memory_format=torch.channels_last)
+        together = [j for j, img in enumerate(images) if img is not None and max(img.shape[:2]) <= self.PAD_SIDE]
+        if together:
+            hp = max(images[j].shape[0] for j in together)
+            wp = max(images[j].shape[1] for j in together)
+            padded = torch.empty((len(together), hp, wp, 3), dtype=torch.uint8, device=self.device)
+            for k, j in enumerate(together):
+                img = images[j]
+                padded[k, :img.shape[0], :img.shape[1]] = img
+            sel = np.asarray(together)
+            sub = geometry.Plans(boxes[sel], plans.src[sel], plans.scaled[sel], plans.offset[sel], plans.flip[sel],
+                                 plans.random)
+            sent = self.staging.send([plan_array(sub)] + ([sel.astype(np.int64)] if len(together) < count else []))
+            rendered = crop_resize_batch(padded.permute(0, 3, 1, 2), sub, size, sent[0])
+            if len(together) == count:
+                out = rendered
+            else:
+                out.index_copy_(0, sent[1], rendered)
+        for j, img in enumerate(images):
+            if img is not None and max(img.shape[:2]) > self.PAD_SIDE:
+                out[j].copy_(render(img, plans[j]._replace(box=tuple(boxes[j].tolist())), size))
         return out
 
     def _stack(self, outputs: List[torch.Tensor]) -> torch.Tensor:
@@ -300,22 +358,24 @@ class BatchDecoder:
             out[j].copy_(o, non_blocking=True)  # a CPU fallback's pixels: pageable, so the copy is synchronous
         return out
 
-    def _gpu_images(self, records, heads, plans) -> List[Optional[torch.Tensor]]:
-        """Oriented H x W x 3 uint8 tensors on the device (a region decode: the box alone, its plan's box
-        made the whole of it), None where the CPU decodes."""
+    def _gpu_images(self, records, heads, plans) -> Tuple[List[Optional[torch.Tensor]], Optional[np.ndarray]]:
+        """(oriented H x W x 3 uint8 tensors on the device, None where the CPU decodes; each plan's box within
+        its tensor: a region decode's tensor is the box alone)."""
         images: List[Optional[torch.Tensor]] = [None] * len(records)
+        boxes = plans.box.copy() if plans is not None else None
         todo = [j for j, h in enumerate(heads) if h is not None]
         if not todo:
-            return images
+            return images, boxes
         n, decoder, params = self._codec()
         regions = {}
         streams = []
         for j in todo:
-            head, p = heads[j], plans[j]
-            stream = n.CodeStream(bytes(records[j]) if not isinstance(records[j], bytes) else records[j])
-            if self.region and p is not None and p.box is not None and head.orientation in (0, 1) and \
-                    tuple(p.box) != (0, 0, head.width, head.height):
-                x0, y0, x1, y1 = p.box
+            head = heads[j]
+            record = records[j]
+            stream = n.CodeStream(record if isinstance(record, (bytes, np.ndarray)) else np.frombuffer(record, np.uint8))
+            if self.region and plans is not None and plans.random and head.orientation in (0, 1) and \
+                    (boxes[j] != (0, 0, head.width, head.height)).any():
+                x0, y0, x1, y1 = boxes[j].tolist()
                 regions[j] = stream
                 stream = stream.get_sub_code_stream(region=n.Region(y0, x0, y1, x1))
             streams.append(stream)
@@ -323,16 +383,16 @@ class BatchDecoder:
         retry = []
         for j, img in zip(todo, decoded):
             tensor = self._tensor(img)
-            head, p = heads[j], plans[j]
+            head = heads[j]
             if tensor is None:
                 if j in regions:
                     retry.append(j)
                 continue
             if j in regions:
-                x0, y0, x1, y1 = p.box
+                x0, y0, x1, y1 = boxes[j].tolist()
                 if tuple(tensor.shape[:2]) == (y1 - y0, x1 - x0):
                     images[j] = tensor
-                    plans[j] = p._replace(box=None)
+                    boxes[j] = (0, 0, x1 - x0, y1 - y0)
                     _count(gpu_region=1)
                 elif tuple(tensor.shape[:2]) == (head.height, head.width):  # the whole image after all
                     images[j] = tensor
@@ -346,7 +406,7 @@ class BatchDecoder:
                 tensor = self._tensor(img)
                 if tensor is not None and tuple(tensor.shape[:2]) == (heads[j].height, heads[j].width):
                     images[j] = tensor
-        return images
+        return images, boxes
 
     def _run(self, decoder, streams, params) -> list:
         kwargs = {}
@@ -386,44 +446,110 @@ class BatchDecoder:
         return tensor if tensor.shape[2] == 3 else None
 
 
-def resample_weights(plans: Sequence[Plan], size: Size, src: Tuple[int, int], axis: int,
-                     device=None) -> torch.Tensor:
-    """N x out x in float32 weights of each plan's antialiased bilinear resampling along one axis
-    (``axis`` 0: rows, 1: columns) of ``src`` (w, h) images: Pillow's triangle filter, widened by the
-    scale when shrinking, over the box's pixels only (crop, then resize); rows of the output outside a
-    pad's image are zero; a flip reverses the columns' rows."""
-    out_len, in_len = size[0] if axis == 0 else size[1], src[1] if axis == 0 else src[0]
-    k = 1 - axis  # index into (x, y) pairs: columns use x (0), rows use y (1)
-    b0, b1, scaled, offset, flips = [], [], [], [], []
-    for p in plans:
-        box = p.box if p.box is not None else (0, 0, *src)
-        b0.append(box[k])
-        b1.append(box[k + 2])
-        scaled.append(p.scaled[k])
-        offset.append(p.offset[k])
-        flips.append(bool(p.flip) and axis == 1)
-    t = lambda v: torch.tensor(v, dtype=torch.float64, device=device)[:, None, None]  # noqa: E731
-    b0, b1, scaled, offset = t(b0), t(b1), t(scaled), t(offset)
-    j = torch.arange(out_len, dtype=torch.float64, device=device)[None, :, None]
+class Staging:
+    """A ring of pinned host buffers for arrays on their way to ``device``: ``send(arrays)`` copies them into
+    one slot (each at a 64-byte boundary) and sends the slot in one ``non_blocking`` copy on the current
+    stream, returning a tensor of each on the device; a slot is written again only once its copy has
+    finished.  On a device that is not CUDA (the CPU, ``meta``): the arrays as tensors there, no pinning."""
+
+    def __init__(self, device, slots: int = 4) -> None:
+        self.device = torch.device(device)
+        self.buffers: List[Optional[torch.Tensor]] = [None] * slots
+        self.events: list = [None] * slots
+        self.next = 0
+
+    def send(self, arrays: Sequence[np.ndarray]) -> List[torch.Tensor]:
+        if self.device.type != "cuda":
+            return [torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in arrays]
+        offsets, end = [], 0
+        for a in arrays:
+            offsets.append(end)
+            end += -(-a.nbytes // 64) * 64
+        k, self.next = self.next, (self.next + 1) % len(self.buffers)
+        if self.events[k] is not None:
+            self.events[k].synchronize()
+        buf = self.buffers[k]
+        if buf is None or buf.numel() < end:
+            buf = self.buffers[k] = torch.empty(max(end, 1 << 20), dtype=torch.uint8, pin_memory=True)
+        host = buf.numpy()
+        for a, at in zip(arrays, offsets):
+            np.copyto(host[at:at + a.nbytes].view(a.dtype).reshape(a.shape), a)
+        dev = buf[:end].to(self.device, non_blocking=True)
+        self.events[k] = torch.cuda.Event()
+        self.events[k].record(torch.cuda.current_stream(self.device))
+        return [dev[at:at + a.nbytes].view(_TORCH[a.dtype]).view(a.shape) for a, at in zip(arrays, offsets)]
+
+
+_TORCH = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32,
+          np.dtype(np.bool_): torch.bool}
+
+
+def plan_array(plans) -> np.ndarray:
+    """A batch's plans as one N x 9 int64 array (box, scaled, offset, flip): what ``bands`` reads, small
+    enough to send with the batch."""
+    plans = geometry.Plans.of(plans)
+    return np.concatenate([plans.box, plans.scaled, plans.offset, plans.flip[:, None]], 1).astype(np.int64)
+
+
+def taps(plans, size: Size) -> Tuple[int, int]:
+    """(row taps, column taps) a batch's ``bands`` need: 2 x the widest support + 2."""
+    plans = geometry.Plans.of(plans)
+    out = []
+    for k, length in ((1, size[0]), (0, size[1])):
+        scale = (plans.box[:, k + 2] - plans.box[:, k]) / plans.scaled[:, k]
+        out.append(int(math.ceil(2 * max(float(scale.max(initial=1.0)), 1.0))) + 2)
+    return out[0], out[1]
+
+
+def bands(params: torch.Tensor, size: Size, in_len: int, axis: int, count: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(N x out x ``count`` int64 source pixels, N x out x ``count`` float32 weights) of each plan's antialiased
+    bilinear resampling along one axis (``axis`` 0: rows, 1: columns) of images ``in_len`` pixels long
+    there, from ``params`` (``plan_array``, on the device): Pillow's triangle filter, widened by the scale
+    when shrinking, over the box's pixels only (crop, then resize), a few taps an output pixel; outputs
+    outside a pad's image have no weight (black); a flip reverses the columns.  Made on the params'
+    device in a few batched operations, from N x 9 numbers: nothing per pixel crosses from the host."""
+    out_len, k = (size[0] if axis == 0 else size[1]), 1 - axis  # (x, y) pairs: columns use x, rows y
+    p = params.to(torch.float64)
+    b0, b1, scaled, offset = p[:, k, None], p[:, k + 2, None], p[:, 4 + k, None], p[:, 6 + k, None]
+    j = torch.arange(out_len, dtype=torch.float64, device=params.device)[None, :]
     col = torch.where(scaled >= out_len, j + offset, j - offset)  # crop: the kept window's; pad: the image's
     scale = (b1 - b0) / scaled
-    support = torch.clamp(scale, min=1.0)
+    support = scale.clamp(min=1.0)
     centre = b0 + (col + 0.5) * scale
-    i = torch.arange(in_len, dtype=torch.float64, device=device)[None, None, :] + 0.5
-    w = torch.clamp(1 - (i - centre).abs() / support, min=0)
-    w = w * ((i > b0) & (i < b1))  # only the box's pixels
-    w = w * ((col >= 0) & (col < scaled))  # a pad's border is black
-    total = w.sum(2, keepdim=True)
-    w = torch.where(total > 0, w / torch.where(total > 0, total, torch.ones_like(total)), w)
-    flip = torch.tensor(flips, device=device)[:, None, None]
-    w = torch.where(flip, w.flip(1), w)
-    return w.float()
+    first = torch.floor(centre - support - 0.5)
+    i = first[..., None] + torch.arange(count, dtype=torch.float64, device=params.device)  # N x out x T
+    w = (1 - (i + 0.5 - centre[..., None]).abs_() / support[..., None]).clamp_(min=0)
+    w = w * ((i >= b0[..., None]) & (i < b1[..., None]) & ((col >= 0) & (col < scaled))[..., None])
+    w = w / w.sum(2, keepdim=True).clamp_(min=1e-12)  # a pad's border: all zero, stays zero
+    index = i.clamp_(0, in_len - 1).to(torch.int64)
+    if axis == 1:
+        flip = params[:, 8, None, None].bool()
+        w, index = torch.where(flip, w.flip(1), w), torch.where(flip, index.flip(1), index)
+    return index, w.to(torch.float32)
 
 
-def crop_resize_batch(images: torch.Tensor, plans: Sequence[Plan], size: Size) -> torch.Tensor:
-    """uint8 N x 3 x h x w (one size, any device) -> uint8 N x 3 x H x W (channels_last), sample ``j``
-    rendered by ``plans[j]`` (box, antialiased bilinear resize, crop or pad, flip) in two batched
-    matrix products on the images' device."""
+def _pass(x: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, dim: int) -> torch.Tensor:
+    """One axis of the resampling: N x C x h x w (any dtype) -> float32, ``dim`` (2 rows, 3 columns)
+    taking the output's length from ``index`` (N x out x T): T gathers, each added with its weights."""
+    n, c = x.shape[:2]
+    out = None
+    for t in range(index.shape[2]):
+        if dim == 2:
+            idx, w = index[:, None, :, t, None].expand(n, c, -1, x.shape[3]), weights[:, None, :, t, None]
+        else:
+            idx, w = index[:, None, None, :, t].expand(n, c, x.shape[2], -1), weights[:, None, None, :, t]
+        taken = torch.gather(x, dim, idx)
+        out = taken * w if out is None else out.addcmul_(taken, w)
+    return out
+
+
+def crop_resize_batch(images: torch.Tensor, plans, size: Size, params: Optional[torch.Tensor] = None
+                      ) -> torch.Tensor:
+    """uint8 N x 3 x h x w (any device; samples may be smaller than h x w, top-left, their plans' boxes
+    within them) -> uint8 N x 3 x H x W (channels_last), sample ``j`` rendered by ``plans[j]`` (box,
+    antialiased bilinear resize, crop or pad, flip) in a few batched kernels whatever the plans: the
+    banded weights of rows then columns (``bands``), made on the device from ``params`` (``plan_array``
+    of ``plans``, already there: the device stage sends it with the batch), else from ``plans``."""
     if images.dim() != 4 or images.shape[1] != 3:
         raise ValueError(f"expected N x 3 x h x w images, got {tuple(images.shape)}")
     if len(plans) != images.shape[0]:
@@ -432,12 +558,18 @@ def crop_resize_batch(images: torch.Tensor, plans: Sequence[Plan], size: Size) -
     n, _, h, w = images.shape
     if n == 0:
         return torch.empty((0, 3, H, W), dtype=torch.uint8, device=images.device, memory_format=torch.channels_last)
-    rows = resample_weights(plans, size, (w, h), 0, images.device)  # N x H x h
-    cols = resample_weights(plans, size, (w, h), 1, images.device)  # N x W x w
-    with torch.autocast(images.device.type, enabled=False):  # a caller's bf16/fp16 autocast: still float32
-        x = images.float()
-        x = torch.matmul(x, cols.transpose(1, 2).unsqueeze(1))  # N x 3 x h x W
-        x = torch.matmul(rows.unsqueeze(1), x)  # N x 3 x H x W
+    if params is None:
+        params = torch.from_numpy(plan_array(plans)).to(images.device)
+    row_taps, col_taps = taps(plans, size)
+    rows_i, rows_w = bands(params, size, h, 0, row_taps)
+    cols_i, cols_w = bands(params, size, w, 1, col_taps)
+    plain = torch.autocast(images.device.type, enabled=False) if images.device.type in ("cuda", "cpu") else \
+        nullcontext()  # a caller's bf16/fp16 autocast: still float32 (the meta device has no autocast)
+    with plain:
+        if H * w <= h * W:  # the smaller intermediate first
+            x = _pass(_pass(images, rows_i, rows_w, 2), cols_i, cols_w, 3)
+        else:
+            x = _pass(_pass(images, cols_i, cols_w, 3), rows_i, rows_w, 2)
     out = torch.empty((n, 3, H, W), dtype=torch.uint8, device=images.device, memory_format=torch.channels_last)
     out.copy_(x.round_().clamp_(0, 255))
     return out

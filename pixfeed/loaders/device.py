@@ -46,7 +46,6 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from pixfeed.datasets.base import MapImageDataset
-from pixfeed.datasets.fieldvalues import sample_rng
 from pixfeed.errors import Location, OptionError
 from pixfeed.image import geometry, gpu
 from pixfeed.image.decode import oriented_size
@@ -56,6 +55,7 @@ from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.tune import tuned_loader
 from pixfeed.machine.cpus import available_cpus
 from pixfeed.machine.world import World
+from pixfeed.seeds import crop_draws
 
 ENCODED, STORED = "encoded", "stored"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -66,15 +66,16 @@ DEPTH = 2  # batches made ahead of the training loop
 
 class Encoded(NamedTuple):
     """A batch as ``DeviceRecords`` reads it for the device's decoder."""
-    records: List[bytes]
-    plans: List[geometry.Plan]
+    records: list  # bytes, memoryviews or uint8 arrays: as read, not copied
+    plans: geometry.Plans
     labels: torch.Tensor
+    heads: list  # each record's gpu.gpu_head (None: the CPU decodes it), parsed once
 
 
 class Stored(NamedTuple):
     """Stored pixels (N x h x w x 3 uint8) and each sample's plan."""
     pixels: np.ndarray
-    plans: List[geometry.Plan]
+    plans: geometry.Plans
     labels: torch.Tensor
 
 
@@ -122,46 +123,22 @@ class DeviceRecords(Dataset):
         return self.dataset.fixed_shape
 
     def get_batch(self, indices: Sequence[int]) -> Any:
+        """The batch's records and plans: every crop drawn in one vectorised step from (seed, epoch, index)
+        (``seeds.crop_draws``, as the CPU path draws them), each JPEG header parsed once."""
         ds = self.dataset
         idx, stored, labels = ds.read_checked(indices)
         labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-        rngs = [sample_rng(int(i)) if ds.crop == "random" else None for i in idx]  # as _image_batch draws them
+        draws = crop_draws(idx) if ds.crop == "random" else None
         if self.kind == ENCODED:
-            records = [s if isinstance(s, bytes) else bytes(s) for s in stored]
-            plans = []
-            for record, i, rng in zip(records, idx, rngs):
-                w, h = oriented_size(record, Location(ds.where, int(i)))
-                plans.append(geometry.plan(w, h, ds.size, "crop", ds.crop, rng, ds.crop_ratio))
-            return Encoded(records, plans, labels)
+            records = [memoryview(s) if isinstance(s, np.ndarray) else s for s in stored]  # views: not copied
+            heads = [gpu.gpu_head(r) for r in records]
+            sizes = [head.oriented if head is not None else oriented_size(r, Location(ds.where, int(i)))
+                     for r, head, i in zip(records, heads, idx)]
+            w, h = np.array(sizes, np.int64).reshape(-1, 2).T
+            return Encoded(records, geometry.plans(w, h, ds.size, ds.crop, draws, ds.crop_ratio), labels, heads)
         pixels = stored if isinstance(stored, np.ndarray) else np.stack([np.asarray(s) for s in stored])
         h, w = pixels.shape[1:3]
-        plans = [geometry.plan(w, h, ds.size, crop="random", rng=rng) if ds.crop == "random"
-                 else geometry.plan(w, h, ds.size, "crop") for rng in rngs]  # as ImageRecords.pixels
-        return Stored(pixels, plans, labels)
-
-
-class _Pinned:
-    """A ring of pinned host buffers for stored pixels on their way to the device, reused batch after
-    batch; a slot is written again only once its last copy has finished."""
-
-    def __init__(self, slots: int = DEPTH + 2) -> None:
-        self.buffers: List[Optional[torch.Tensor]] = [None] * slots
-        self.events: List[Any] = [None] * slots
-        self.next = 0
-
-    def copy(self, pixels: np.ndarray, device: torch.device) -> torch.Tensor:
-        k, self.next = self.next, (self.next + 1) % len(self.buffers)
-        if self.events[k] is not None:
-            self.events[k].synchronize()
-        buf = self.buffers[k]
-        if buf is None or buf.numel() < pixels.size:
-            buf = self.buffers[k] = torch.empty(pixels.size, dtype=torch.uint8, pin_memory=True)
-        host = buf[:pixels.size].view(pixels.shape)
-        np.copyto(host.numpy(), pixels)
-        out = host.to(device, non_blocking=True)
-        self.events[k] = torch.cuda.Event()
-        self.events[k].record(torch.cuda.current_stream(device))
-        return out
+        return Stored(pixels, geometry.plans(w, h, ds.size, ds.crop, draws), labels)  # as ImageRecords.pixels
 
 
 class DeviceStage:
@@ -178,7 +155,7 @@ class DeviceStage:
         self._norm: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
         self._decoder: Optional[gpu.BatchDecoder] = None
         self._stream: Any = None
-        self._pinned = _Pinned() if device.type == "cuda" else None
+        self.staging = gpu.Staging(device, slots=DEPTH + 2)  # pinned on CUDA: pixels, plans, labels in one copy
         self._lock = threading.Lock()  # one make at a time: an epoch left early may still be making one in its
         # reader thread when the next epoch's starts, and the two could take the same pinned slot
 
@@ -208,15 +185,16 @@ class DeviceStage:
 
     def _make(self, batch: Any) -> Any:
         if isinstance(batch, Encoded):
-            if self._decoder is None:
+            if self._decoder is None:  # one for the loader's lifetime
                 self._decoder = gpu.BatchDecoder(self.device, self.backend, cpu_threads=self.cpu_threads)
-            images = self._decoder.decode(batch.records, batch.plans, self.size)
-            return self.images(images), batch.labels.to(self.device, non_blocking=True)
+            images = self._decoder.decode(batch.records, batch.plans, self.size, batch.heads)
+            labels, = self.staging.send([batch.labels.numpy()])
+            return self.images(images), labels
         if isinstance(batch, Stored):
-            pixels = self._pinned.copy(batch.pixels, self.device) if self._pinned is not None else \
-                torch.from_numpy(batch.pixels).to(self.device)
-            images = gpu.crop_resize_batch(pixels.permute(0, 3, 1, 2), batch.plans, self.size)
-            return self.images(images), batch.labels.to(self.device, non_blocking=True)
+            pixels, labels, params = self.staging.send([batch.pixels, batch.labels.numpy(),
+                                                        gpu.plan_array(batch.plans)])
+            images = gpu.crop_resize_batch(pixels.permute(0, 3, 1, 2), batch.plans, self.size, params)
+            return self.images(images), labels
         moved = _moved(batch, self.device)
         if isinstance(moved, dict) and "image" in moved:
             moved["image"] = self.images(moved["image"])
@@ -305,12 +283,11 @@ def check_output(device: Any, dtype: Any, mean: Any, std: Any, memory_format: An
     """(dtype, mean, std, memory_format) checked; mean and std default to ImageNet's for float outputs."""
     if device is None:
         given = [name for name, value, default in (("dtype", dtype, torch.uint8), ("mean", mean, None),
-                                                   ("std", std, None), ("memory_format", memory_format,
-                                                                         torch.channels_last))
+                                                   ("std", std, None))
                  if value is not default and value != default]
         if given:
             raise OptionError(f"{', '.join(given)} shape batches on a device: pass device= ('cuda', 'cpu') with them")
-        return dtype, mean, std, memory_format
+        return dtype, mean, std, rules.check_memory_format(memory_format)  # CPU batches too (collate.py)
     if dtype not in DTYPES:
         raise OptionError(f"dtype {dtype!r}: expected one of {', '.join(map(str, DTYPES))}")
     if memory_format not in FORMATS:
