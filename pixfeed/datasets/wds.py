@@ -14,12 +14,20 @@ is its key).  Each epoch (``set_epoch``) is split like this:
    Dropping beats repeating: a repeat is an unrequested extra weight on a
    sample and a duplicate in evaluation.  A rank whose range starts inside a
    shard reads past that shard's first samples (at most one shard per epoch).
-3. DataLoader workers: the rank's shards (or parts of shards) are dealt
-   round-robin to its workers.  With fewer shards than workers, every worker
-   reads all of them and keeps every ``num_workers``-th sample (a one-time
-   warning says so; pack with a smaller ``--shard-size`` to avoid the extra
-   reads; from local shards only the kept samples' members are read, the
-   others' headers walked).  A worker left with nothing ends at once.
+3. DataLoader workers: each DataLoader worker collates its own batches, so
+   the rank's stream is cut into one contiguous range per worker, each a whole
+   number of batches of ``worker_batch`` samples (``make_loader`` sets it to
+   its ``batch_size``) but one, which ends with the rank's last partial batch
+   and comes last in the DataLoader's turn order: the loader yields exactly
+   ``len(loader)`` batches, ``drop_last`` or not, as for map-style datasets
+   (a worker's own partial batch each made it yield more).  A worker whose
+   range starts inside a shard walks past that shard's first samples (at most
+   one shard per worker).  With fewer shards than workers, every worker reads
+   all of them and keeps every ``num_workers``-th batch of ``worker_batch``
+   samples (a one-time warning says so; pack with a smaller ``--shard-size``
+   to avoid the extra reads; from local shards only the kept samples' members
+   are read, the others' headers walked).  A worker left with nothing ends at
+   once.
 4. Shuffling: a buffer of ``buffer`` samples per worker (stored bytes, decoded
    on the way out), seeded from ``(seed, epoch, rank, worker)``.
 5. Random crops and transforms draw from RNGs seeded per sample from
@@ -113,6 +121,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         self.warn_shared_shards = True  # make_loader says so itself, where its caller sees it
         self._starts = np.cumsum([0] + [s["count"] for s in self.shards])
         self._resume = None
+        self.worker_batch = 1  # samples a DataLoader worker collates together (make_loader: its batch_size)
 
     def __getitem__(self, index):
         raise TypeError(f"{self.path}: a wds dataset is read as a stream of its shards (an IterableDataset), not "
@@ -157,7 +166,9 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         counts = []
         for worker in range(workers):
             pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
-            counts.append(len(range(worker % stride, sum(stop - first for _, first, stop in pieces), stride)))
+            total, block = sum(stop - first for _, first, stop in pieces), self.worker_batch
+            counts.append(sum(min(block, total - b * block) for b in range(worker % stride, -(-total // block),
+                                                                           stride)))
         return counts
 
     def __iter__(self) -> Iterator:
@@ -166,7 +177,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         worker, skip = self._resumed(worker, workers)
         pieces, stride = self._worker_pieces(self._rank_pieces(), worker, workers)
-        records = self._select(paths, pieces, stride, worker % stride)
+        records = self._select(paths, pieces, stride, worker % stride, block=self.worker_batch)
         if self.shuffle and self.buffer > 1:
             # SeedSequence mixes the four numbers fully; Random("0-0-0-0") and Random("0-1-0-0")
             # were seen to draw the same first picks, repeating an epoch's order
@@ -208,9 +219,10 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         return pieces
 
     def _worker_pieces(self, pieces: List[Piece], worker: int, workers: int) -> Tuple[List[Piece], int]:
-        """(pieces this worker reads, keep every stride-th sample of them)."""
+        """(pieces this worker reads, keep every stride-th batch of ``worker_batch`` samples of them)."""
         if len(pieces) >= workers:
-            return pieces[worker::workers], 1
+            return _cut(pieces, *_worker_range(sum(stop - first for _, first, stop in pieces), self.worker_batch,
+                                               worker, workers)), 1
         if worker == 0 and self.warn_shared_shards and self.path not in _WARNED:
             _WARNED.add(self.path)
             warnings.warn(f"{self.path}: rank {self.rank} reads {len(pieces)} shard(s) with {workers} DataLoader "
@@ -253,13 +265,15 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         finally:
             _close(files)
 
-    def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int, sized=()) -> Iterator[tuple]:
-        """(shard, record index, sample) of every ``stride``-th sample of the pieces from ``offset`` on;
-        a local shard's members of the extensions ``sized`` are their (offset, size), unread."""
+    def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int, sized=(),
+                block: int = 1) -> Iterator[tuple]:
+        """(shard, record index, sample) of every ``stride``-th block of ``block`` samples of the pieces
+        from block ``offset`` on; a local shard's members of the extensions ``sized`` are their (offset,
+        size), unread."""
         m = 0  # samples of the pieces before this one
         for (s, first, stop), stream in zip(pieces, self._streams(paths, [s for s, _, _ in pieces])):
             def wanted(j: int, before: int = m - first) -> bool:
-                return j >= first and (before + j) % stride == offset
+                return j >= first and (before + j) // block % stride == offset
             for j, sample in enumerate(self._shard(paths[s], stop, self.shards[s]["count"], stream, wanted, sized)):
                 if sample is not None:
                     yield s, int(self._starts[s]) + j, sample
@@ -344,6 +358,27 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             raise CorruptDataError(f"{where}: .npy member is {arr.dtype} {arr.shape}, "
                                    f"expected uint8 {self.stored_shape}")
         return arr
+
+
+def _worker_range(total: int, batch: int, worker: int, workers: int) -> Tuple[int, int]:
+    """(first, stop) of ``worker``'s contiguous range of a rank's ``total`` samples: whole batches dealt
+    evenly, the last partial batch to the worker whose turn follows the last whole batch."""
+    batches, partial = divmod(total, batch)
+    sizes = [(batches // workers + (w < batches % workers)) * batch + partial * (w == batches % workers)
+             for w in range(workers)]
+    first = sum(sizes[:worker])
+    return first, first + sizes[worker]
+
+
+def _cut(pieces: List[Piece], first: int, stop: int) -> List[Piece]:
+    """The parts of ``pieces`` (in order) at positions ``first`` to ``stop - 1`` of their samples."""
+    out, pos = [], 0
+    for s, lo, hi in pieces:
+        a, b = max(lo, lo + first - pos), min(hi, lo + stop - pos)
+        if a < b:
+            out.append((s, a, b))
+        pos += hi - lo
+    return out
 
 
 def _walk(f, wanted, sized=()) -> Iterator[dict]:

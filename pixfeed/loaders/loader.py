@@ -152,6 +152,8 @@ def build_loader(
     if seed is not None:
         require_int("seed", seed, 0)
     _check_batchable(dataset, batch_size)
+    if isinstance(dataset, IterableDataset) and hasattr(dataset, "worker_batch"):
+        dataset.worker_batch = batch_size  # each worker yields whole batches but one: len(loader) batches
     world = World.detect(distributed)
     extents = _record_extents(dataset)
     hinted = None if io_ahead in (0, False) else extents  # the records read-ahead may request
