@@ -73,7 +73,14 @@ def make_sample(root, count: int = 200, seed: int = 0) -> Path:
 
 
 def _files(root: Path) -> list:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir() and p.name != MARK)
+    """Every file under ``root`` but the mark, as relative paths; a symbolic link is an entry of its own,
+    never followed (what ``--overwrite`` removes is found here, never taken from the mark's text)."""
+    out = []
+    for folder, dirs, names in os.walk(root):  # links to folders are listed in dirs, not entered
+        here = Path(folder).relative_to(root)
+        out += [str(here / n) for n in names if not (n == MARK and here == Path("."))]
+        out += [str(here / d) for d in dirs if os.path.islink(os.path.join(folder, d))]
+    return sorted(out)
 
 
 def claim_folder(root, overwrite: bool = False, option: str = "DIR") -> Path:
@@ -95,7 +102,7 @@ def claim_folder(root, overwrite: bool = False, option: str = "DIR") -> Path:
     if foreign:
         raise OptionError(f"{option} {root}: holds {foreign[0]}, which pixfeed sample did not write; "
                           "--overwrite removes only a sample's own files: move it out or name another folder")
-    for rel in listed:
+    for rel in _files(root):  # each listed (no foreign file): files found in root, not paths the mark names
         (root / rel).unlink(missing_ok=True)
     mark.unlink()
     for folder, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):

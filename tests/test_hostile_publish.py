@@ -391,3 +391,29 @@ def test_a_reservation_past_the_free_space_is_refused_before_anything_is_written
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0] and "nothing was reserved" in err[0], err
     assert not (tmp_path / "ds").exists() and leftovers(tmp_path) == []
+
+
+# ---- siblings of 1: other marks that must not choose what is deleted --------------------------------------
+
+def test_a_sample_mark_naming_files_outside_its_folder_deletes_none_of_them(tmp_path):
+    """`pixfeed sample --overwrite` removes the files a sample wrote, as listed in its mark: the files found in
+    the folder, never a path the mark's text names (``../victim.txt``), nor through a link."""
+    from pixfeed.sample import MARK, claim_folder
+
+    root = tmp_path / "sample"
+    assert cli.main(["sample", str(root), "--count", "3", "-q"]) == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("mine")
+    with open(root / MARK, "a", encoding="utf-8") as f:
+        f.write("../victim.txt\n")
+    claim_folder(root, overwrite=True)
+    assert victim.read_text() == "mine" and not any(root.iterdir())
+    assert cli.main(["sample", str(root), "--count", "3", "-q"]) == 0
+    (root / "linked").symlink_to(elsewhere)
+    with open(root / MARK, "a", encoding="utf-8") as f:
+        f.write("linked\nlinked/thesis.tex\n")
+    claim_folder(root, overwrite=True)
+    assert (elsewhere / "thesis.tex").read_text() == "mine" and not (root / "linked").exists()
