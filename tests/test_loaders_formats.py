@@ -99,3 +99,44 @@ def test_webdataset_takes_shuffle_and_seed_from_make_loader(packed):
 
     first = epochs(1)
     assert first == epochs(1) and first[0] != first[1] and first[0] != epochs(2)[0]
+
+
+@pytest.fixture(scope="module")
+def wds_of_37(tmp_path_factory) -> str:
+    """37 stored-pixel samples in 8 shards of up to 5 (more shards than workers)."""
+    root = tmp_path_factory.mktemp("wds37")
+    src = make_tree(root / "src", classes=("a", "b", "c", "d"), per_class=10)
+    for extra in sorted((src / "d").iterdir())[:3]:
+        extra.unlink()
+    pack(src, root / "wds", "wds", store="pixels", size=SIZE, workers=1, shard_size=5)
+    return str(root / "wds")
+
+
+@pytest.mark.filterwarnings("ignore:.*every worker reads them all")  # wds-pixels: one shard, 2 workers
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_loader_yields_its_length_in_batches_in_every_format_and_world(packed, wds_of_37, monkeypatch, workers,
+                                                                        drop_last):
+    """len(loader) batches, each of batch_size but the last (none short with drop_last), on one rank and on
+    each of two; a WebDataset's workers each yielded their own partial batch (37 samples, 2 workers:
+    [8, 8, 8, 8, 3, 2] while len said 5); an epoch on one rank still reads each sample once."""
+    from pixfeed.machine.world import World
+
+    datasets = {name: packed[name] for name in packed if name.endswith("pixels")}
+    datasets["wds-37"] = (wds_of_37, {})
+    for name, (path, options) in datasets.items():
+        for rank, world in ((0, 1), (0, 2), (1, 2)):
+            monkeypatch.setattr(World, "detect", classmethod(lambda cls, *a, rank=rank, world=world, **k:
+                                                             World(rank, world)))
+            loader = make_loader(open_dataset(path, **options), 8, num_workers=workers, drop_last=drop_last,
+                                 persistent_workers=False)  # no workers left over from the loader before
+            sizes = [len(labels) for _, labels in loader]
+            where = (name, rank, world, sizes)
+            assert len(sizes) == len(loader), where
+            assert set(sizes[:-1]) <= {8} and (sizes[-1] == 8 if drop_last else 0 < sizes[-1] <= 8), where
+            if world == 1 and not drop_last:
+                total = len(open_dataset(path, **options))
+                assert sum(sizes) == total, where
+    monkeypatch.undo()
+    loader = make_loader(open_dataset(wds_of_37), 8, num_workers=2, persistent_workers=False)
+    assert [len(labels) for _, labels in loader] == [8, 8, 8, 8, 5] and len(loader) == 5
