@@ -81,6 +81,7 @@ from webdataset import shuffle as buffer_shuffle
 from webdataset.tariterators import group_by_keys
 
 from ..errors import CorruptDataError, DatasetError, Location, OptionError, PixfeedError, StorageError
+from .skips import DAMAGED, SkipLog
 from ..fields.members import from_member
 from ..layouts.wds import META_EXTENSION, image_extensions
 from ..seeds import sample_rngs, seeded_by_index
@@ -94,6 +95,7 @@ from .base import ImageRecords
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
 _META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta
 _WARNED: set = set()
+_SKIPPED = object()  # a damaged record left out (on_error="skip")
 
 
 class WdsImageDataset(ImageRecords, IterableDataset):
@@ -104,6 +106,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
     format = "wds"
     streams = True
     epoch_in_shared_memory = True  # persistent workers see set_epoch (pixfeed.loaders.plan)
+    skips: Optional[SkipLog] = None  # make_loader(on_error="skip"): damaged records left out, counted here
 
     def __init__(self, path, transform=None, *, shuffle: bool = True, buffer: int = 1000, seed: int = 0,
                  rank=None, world_size=None, **options):
@@ -189,8 +192,9 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             # transform from the global RNGs seeded so: both depend on the sample, not the worker
             with seeded_by_index(self.seed, self.epoch), \
                     (sample_rngs(self.seed, self.epoch, i) if self.transform is not None else nullcontext()):
-                item = self._decode(s, i, sample)
-            yield item
+                item = self._decode_or_skip(s, i, sample)
+            if item is not _SKIPPED:
+                yield item
 
     def _resumed(self, worker: int, workers: int) -> Tuple[int, int]:
         """(the worker whose stream this one reads, samples of it to skip) for this epoch."""
@@ -310,6 +314,16 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                                    f"({e.args[0] if e.args else type(e).__name__})") from None
         raise CorruptDataError(f"{path}: ends after {n} samples (last member key {key!r}), but the manifest "
                                f"records {count}; the shard is truncated or damaged")
+
+    def _decode_or_skip(self, s: int, i: int, sample: dict):
+        """``_decode``, or with ``skips`` (make_loader(on_error="skip")) _SKIPPED for a damaged record."""
+        try:
+            return self._decode(s, i, sample)
+        except DAMAGED as error:
+            if self.skips is None:
+                raise
+            self.skips.record(error)
+            return _SKIPPED
 
     def _decode(self, s: int, i: int, sample: dict):
         # a caption-only read neither checks nor decodes the image

@@ -6,7 +6,10 @@ N x C x H x W tensor, a strided transpose that costs ~15 ms for 64 images of
 224x224 here.  ``collate`` stacks the underlying HWC arrays instead (a plain
 copy, ~1 ms) and returns the batch as N x C x H x W in channels_last strides:
 the same shape, and the layout ``get_batch`` returns and convolutions on GPUs
-prefer.  Anything else goes to ``default_collate`` unchanged.
+prefer.  Anything else goes to ``default_collate`` unchanged.  With
+``make_loader(memory_format=torch.contiguous_format)`` the CHW views are
+stacked instead (the transposing copy, once, in the worker that collates), and
+a whole batch's 4-D tensors are copied to that layout (``in_format``).
 
 ``Collate`` is the loader's ``collate_fn``: ``collate``, or the batch as
 ``get_batch`` read it, with the images made NCHW-contiguous while Hugging Face
@@ -17,6 +20,9 @@ tensors, and torch.distributed copies raw memory whatever the strides
 other rank.  Pickled for spawned workers, it carries the parent's answer, which
 a fresh process cannot see.
 
+A caller's ``collate_fn`` (``Collate.user``) gets the samples, as torch's
+would: a whole batch is handed over as its samples' views (``as_samples``).
+
 Samples with fields (``fields=`` of a pixfeed dataset: tuples or dicts) are
 collated per field by ``collate_fields``: tensors of one shape are stacked
 (images as above), ints, floats and bools become tensors, and everything else
@@ -24,7 +30,7 @@ collated per field by ``collate_fields``: tensors of one shape are stacked
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 from torch.utils.data import default_collate, get_worker_info
@@ -32,43 +38,49 @@ from torch.utils.data import default_collate, get_worker_info
 from pixfeed.fields.codec import column
 from pixfeed.machine.world import accelerate_splits
 
+CHANNELS_LAST = torch.channels_last
+
 
 def _hwc_view(x: Any) -> bool:
     return (isinstance(x, torch.Tensor) and x.dim() == 3 and x.dtype == torch.uint8
             and x.permute(1, 2, 0).is_contiguous())
 
 
-def _stack_hwc(images: List[torch.Tensor]) -> torch.Tensor:
-    first = images[0].permute(1, 2, 0)
+def _stack_hwc(images: List[torch.Tensor], memory_format: torch.memory_format = CHANNELS_LAST) -> torch.Tensor:
+    """One copy into an N x C x H x W batch: of the HWC arrays (channels_last), or of the CHW views
+    (contiguous_format: the transposing copy, done once, where the batch is collated)."""
+    hwc = memory_format == CHANNELS_LAST
+    parts = [x.permute(1, 2, 0) for x in images] if hwc else images
     out = None
     if get_worker_info() is not None:  # as default_collate: build the batch in shared memory
-        storage = first.untyped_storage()._new_shared(len(images) * first.numel())
-        out = first.new(storage).resize_(len(images), *first.shape)
-    return torch.stack([x.permute(1, 2, 0) for x in images], out=out).permute(0, 3, 1, 2)
+        storage = parts[0].untyped_storage()._new_shared(len(parts) * parts[0].numel())
+        out = parts[0].new(storage).resize_(len(parts), *parts[0].shape)
+    stacked = torch.stack(parts, out=out)
+    return stacked.permute(0, 3, 1, 2) if hwc else stacked
 
 
-def collate(batch: Sequence[Any]) -> Any:
+def collate(batch: Sequence[Any], memory_format: torch.memory_format = CHANNELS_LAST) -> Any:
     """``default_collate``, with (image, label) samples of HWC-backed images stacked fast."""
     first = batch[0]
     if isinstance(first, (tuple, list)) and len(first) == 2 and _hwc_view(first[0]):
         images = [sample[0] for sample in batch]
         if all(_hwc_view(x) and x.shape == images[0].shape for x in images):
-            return [_stack_hwc(images), default_collate([sample[1] for sample in batch])]
+            return [_stack_hwc(images, memory_format), default_collate([sample[1] for sample in batch])]
     return default_collate(batch)
 
 
-def collate_fields(batch: Sequence[Any]) -> Any:
+def collate_fields(batch: Sequence[Any], memory_format: torch.memory_format = CHANNELS_LAST) -> Any:
     """A batch of field tuples or dicts, collated field by field (see the module's docstring)."""
     first = batch[0]
     if isinstance(first, dict):
-        return {k: _column([sample[k] for sample in batch]) for k in first}
-    return [_column([sample[j] for sample in batch]) for j in range(len(first))]
+        return {k: _column([sample[k] for sample in batch], memory_format) for k in first}
+    return [_column([sample[j] for sample in batch], memory_format) for j in range(len(first))]
 
 
-def _column(values: List[Any]) -> Any:
+def _column(values: List[Any], memory_format: torch.memory_format) -> Any:
     """``fields.codec.column``, with HWC-backed images of one shape stacked as ``collate`` stacks them."""
     if all(_hwc_view(v) and v.shape == values[0].shape for v in values):
-        return _stack_hwc(values)
+        return _stack_hwc(values, memory_format)
     return column(values)
 
 
@@ -82,22 +94,61 @@ def _share(batch: Any) -> None:
 
 
 class Collate:
-    """``collate_fn``: ``collate`` (``whole_batches``: the batch as read), contiguous images under Accelerate."""
+    """``collate_fn``: ``collate`` (``whole_batches``: the batch as read) with the batch's 4-D tensors in
+    ``memory_format`` (contiguous under Accelerate), or a user's ``collate_fn`` (``user``), which gets a list
+    of samples as torch's would, whole batches given back as their samples' views."""
 
-    def __init__(self, whole_batches: bool, contiguous: Optional[bool] = None, fields: bool = False) -> None:
+    def __init__(self, whole_batches: bool, contiguous: Optional[bool] = None, fields: bool = False,
+                 memory_format: torch.memory_format = CHANNELS_LAST, user: Optional[Callable] = None) -> None:
         self.whole_batches, self.contiguous, self.fields = whole_batches, contiguous, fields
+        self.memory_format, self.user = memory_format, user
 
     def __reduce__(self) -> Any:
-        return Collate, (self.whole_batches, accelerate_splits(), self.fields)
+        return Collate, (self.whole_batches, accelerate_splits(), self.fields, self.memory_format, self.user)
 
     def __call__(self, batch: Any) -> Any:
-        out = batch if self.whole_batches else collate_fields(batch) if self.fields else collate(batch)
-        if self.whole_batches and get_worker_info() is not None:
-            _share(out)
+        if self.user is not None:
+            return self.user(as_samples(batch) if self.whole_batches else batch)
         contiguous = accelerate_splits() if self.contiguous is None else self.contiguous
-        if contiguous and isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-            out = type(out)([out[0].contiguous(), *out[1:]])
+        fmt = torch.contiguous_format if contiguous else self.memory_format
+        out = batch if self.whole_batches else collate_fields(batch, fmt) if self.fields else collate(batch, fmt)
+        shared = get_worker_info() is not None
+        out = in_format(out, fmt, shared)
+        if self.whole_batches and shared:
+            _share(out)
         return out
+
+
+def in_format(batch: Any, memory_format: torch.memory_format, shared: bool = False) -> Any:
+    """``batch`` (a tensor, or a tuple, list or dict of them) with its 4-D tensors in ``memory_format``:
+    one copy each that is not (into shared memory when ``shared``: a worker's batch), none for the rest."""
+    if isinstance(batch, torch.Tensor):
+        return _to_format(batch, memory_format, shared) if batch.dim() == 4 else batch
+    if isinstance(batch, dict):
+        return {k: in_format(v, memory_format, shared) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)) and any(isinstance(v, torch.Tensor) and v.dim() == 4 for v in batch):
+        return type(batch)(in_format(v, memory_format, shared) if isinstance(v, torch.Tensor) else v for v in batch)
+    return batch
+
+
+def _to_format(tensor: torch.Tensor, memory_format: torch.memory_format, shared: bool) -> torch.Tensor:
+    if tensor.is_contiguous(memory_format=memory_format):
+        return tensor
+    if not shared:
+        return tensor.contiguous(memory_format=memory_format)
+    n, c, h, w = tensor.shape
+    storage = tensor.untyped_storage()._new_shared(tensor.numel() * tensor.element_size())
+    out = tensor.new(storage)
+    out = out.resize_(n, h, w, c).permute(0, 3, 1, 2) if memory_format == CHANNELS_LAST else out.resize_(n, c, h, w)
+    return out.copy_(tensor)
+
+
+def as_samples(batch: Any) -> List[Any]:
+    """A whole batch (columns: a tuple or list of them, or a dict) as the list of its samples, each a
+    tuple (or dict) of views into it: what a user's ``collate_fn`` takes."""
+    if isinstance(batch, dict):
+        return [{k: v[i] for k, v in batch.items()} for i in range(batch_images(batch))]
+    return [tuple(column[i] for column in batch) for i in range(batch_images(batch))]
 
 
 def batch_images(batch: Any) -> int:

@@ -28,10 +28,11 @@ when they have those attributes.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional
+from itertools import islice
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler
 
 from pixfeed.console.warn import warn_caller
 from pixfeed.machine.cpus import available_cpus
@@ -40,6 +41,8 @@ from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders import cacheplan, epochplan, fetchplan, plan as rules
 from pixfeed.loaders.batch import BatchReader, ReadAhead
 from pixfeed.loaders.collate import Collate
+from pixfeed.loaders.damaged import SkipDamaged
+from pixfeed.datasets.skips import SkipLog
 from pixfeed.loaders.plan import Auto, LoaderPlan
 from pixfeed.loaders.probe import sample_bytes
 from pixfeed.loaders.readahead import Hinter
@@ -67,6 +70,8 @@ class PixfeedLoader(DataLoader):
         self.pixfeed_progress = resume.Progress()
         self.pixfeed_resume_point: Optional[resume.Point] = None
         self.pixfeed_device: Any = None  # make_loader(device=...): the stage that puts batches on it (device.py)
+        self.pixfeed_skip = 0  # a caller's sampler: its indices a resumed epoch skips (resume.py)
+        self._resumed_batches = _ResumedBatches(self)
         self.epoch = 0
         self._warned = False
 
@@ -86,6 +91,14 @@ class PixfeedLoader(DataLoader):
     def __len__(self) -> int:
         self._use_world()
         return super().__len__()
+
+    @property
+    def _index_sampler(self) -> Any:
+        """DataLoader's batches of indices; a caller's sampler's after a resume's skip (``pixfeed_skip``)."""
+        if isinstance(self.sampler, EpochSampler) or not self._auto_collation or \
+                getattr(getattr(self, "pixfeed_plan", None), "sampler", None) is None:
+            return super()._index_sampler
+        return self._resumed_batches
 
     def __iter__(self) -> Iterator[Any]:
         sampler = self.sampler if isinstance(self.sampler, EpochSampler) else None
@@ -116,7 +129,11 @@ class PixfeedLoader(DataLoader):
             self._iterator = None  # persistent workers hold the old rank: start new ones
             if isinstance(self.worker_init_fn, WorkerSeeder):
                 self.worker_init_fn.rank = world.rank
-        warning = split_warning(self.sampler, self.distributed, world)
+        yours = self.pixfeed_plan.sampler is not None and not isinstance(self.sampler, EpochSampler)
+        if yours:  # a process group may have started since make_loader: the caller's sampler must split by it
+            rules.check_sampler(self.sampler, None, self.dataset, world, self.distributed, None, "auto", "auto",
+                                torch.channels_last)
+        warning = "" if yours else split_warning(self.sampler, self.distributed, world)
         if warning and not self._warned:
             self._warned = True
             warn_caller(f"pixfeed: {warning}")
@@ -125,6 +142,35 @@ class PixfeedLoader(DataLoader):
         elif isinstance(self.dataset, IterableDataset):
             split_iterable(self.dataset, world)
         return world
+
+
+class _ResumedBatches:
+    """Batches of a caller's sampler, its first ``loader.pixfeed_skip`` indices left out (read at each
+    iteration, so persistent workers' iterators see a resume too)."""
+
+    def __init__(self, loader: PixfeedLoader) -> None:
+        self.loader = loader
+
+    def _batches(self) -> BatchSampler:
+        loader = self.loader
+        return BatchSampler(_After(loader.sampler, loader.pixfeed_skip), loader.batch_size, loader.drop_last)
+
+    def __iter__(self) -> Iterator[List[int]]:
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+class _After(Sampler):
+    def __init__(self, sampler: Any, skip: int) -> None:
+        self.sampler, self.skip = sampler, skip
+
+    def __iter__(self) -> Iterator[int]:
+        return islice(iter(self.sampler), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.skip, 0)
 
 
 def build_loader(
@@ -145,9 +191,14 @@ def build_loader(
     io_ahead: Auto = "auto",
     decode_threads: Auto = "auto",
     training_threads: Auto = "auto",
+    memory_format: torch.memory_format = torch.channels_last,
+    sampler: Optional[Sampler] = None,
+    collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+    on_error: str = "raise",
 ) -> PixfeedLoader:
     """``make_loader`` with its settings as given (``num_workers`` a number or "auto"): what the
     tuner builds its candidates with."""
+    memory_format = rules.check_memory_format(memory_format)
     require_int("batch_size", batch_size, 1)
     if seed is not None:
         require_int("seed", seed, 0)
@@ -155,12 +206,21 @@ def build_loader(
     if isinstance(dataset, IterableDataset) and hasattr(dataset, "worker_batch"):
         dataset.worker_batch = batch_size  # each worker yields whole batches but one: len(loader) batches
     world = World.detect(distributed)
+    rules.check_sampler(sampler, collate_fn, dataset, world, distributed, shuffle, order, io_ahead, memory_format)
     extents = _record_extents(dataset)
-    hinted = None if io_ahead in (0, False) else extents  # the records read-ahead may request
+    hinted = None if io_ahead in (0, False) or sampler is not None else extents  # what read-ahead may request
     plan = plan_loader(dataset, batch_size, world, drop_last, num_workers, pin_memory,
                        persistent_workers, prefetch_factor, read_ahead, decode_threads, training_threads)
     plan.stall_timeout, plan.reasons["stall_timeout"] = rules.choose_stall_timeout(stall_timeout)
+    plan.memory_format, plan.reasons["memory_format"] = rules.layout(memory_format)
+    plan.sampler, plan.collate_fn, more = rules.user_sampler(sampler, collate_fn)
+    plan.reasons.update(more)
+    plan.on_error, plan.reasons["on_error"] = rules.choose_on_error(on_error, dataset)
+    if plan.on_error == "skip":
+        plan.skips, plan.reasons["skipped"] = SkipLog(plan.num_workers), "damaged records skipped so far, all workers"
     cacheplan.plan_memory(plan, dataset, hinted, io_ahead, order, shuffle, batch_size)
+    if sampler is not None:
+        plan.order, plan.reasons["order"] = "sampler", f"{plan.sampler}'s (sampler=)"
     epochplan.prepare(plan, dataset, extents)
     if plan.sharing_strategy != torch.multiprocessing.get_sharing_strategy():
         torch.multiprocessing.set_sharing_strategy(plan.sharing_strategy)
@@ -169,13 +229,19 @@ def build_loader(
         source, plan.seeding, plan.reasons["seeding"] = seeded(source, dataset, seed)
     else:
         plan.seeding, plan.reasons["seeding"] = iterable_seeding(dataset, plan.num_workers)
+    if isinstance(dataset, IterableDataset) and hasattr(dataset, "skips"):
+        dataset.skips = plan.skips  # pixfeed's WebDataset reader leaves damaged records out (None: raise)
+    elif plan.skips is not None:
+        source = SkipDamaged(source, dataset, plan.skips)
     loader = PixfeedLoader(
         source,
         batch_size=batch_size,
         drop_last=drop_last,
         pixfeed_plan=plan,
         distributed=distributed,
-        **_ordering(source, plan, shuffle, drop_last, seed, distributed, hinted),
+        **_ordering(source, plan, shuffle, drop_last, seed, distributed, hinted,
+                    Collate(plan.path == "batch", fields=_has_fields(source), memory_format=memory_format,
+                            user=collate_fn), sampler),
         **_workers(plan, seed),
     )
     fetchplan.attach(loader, dataset, hinted)  # a bucket dataset read through chunks: fetch in this order
@@ -248,8 +314,10 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
 
 
 def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last: bool, seed: Optional[int],
-              distributed: Distributed, extents: Optional[Extents]) -> Dict[str, Any]:
-    collate_fn = Collate(whole_batches=plan.path == "batch", fields=_has_fields(source))
+              distributed: Distributed, extents: Optional[Extents], collate_fn: Collate,
+              sampler: Optional[Sampler]) -> Dict[str, Any]:
+    if sampler is not None:  # the caller's: check_sampler refused what it cannot honour
+        return {"sampler": sampler, "collate_fn": collate_fn}
     if isinstance(source, IterableDataset):
         _order_iterable(source, shuffle, seed)
         return {"collate_fn": collate_fn}

@@ -35,7 +35,14 @@ def make_loader(
     ``options`` are ``build_loader``'s (its signature is part of this one's: ``help(make_loader)``):
     ``shuffle``, ``drop_last``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``,
     ``read_ahead``, ``seed``, ``distributed``, ``stall_timeout``, ``order``, ``io_ahead``,
-    ``decode_threads`` and ``training_threads``.
+    ``decode_threads``, ``training_threads``, ``sampler``, ``collate_fn`` and ``on_error``.
+
+    ``memory_format`` (any ``device``, None included): a batch's images are N x C x H x W in
+    channels_last strides by default (the stored HWC pixels in one copy, what convolutions on GPUs
+    prefer), or plain NCHW with ``torch.contiguous_format``.  ``sampler`` and ``collate_fn`` are a
+    caller's, passed through (the plan says what pixfeed then cannot guarantee; what it cannot honour is
+    refused by name).  ``on_error="skip"`` reads on past damaged records, counted in
+    ``loader.pixfeed_plan.skipped``; ``"raise"`` is the default.
 
     ``shuffle`` and ``seed`` (default True and 0) order a map-style dataset through the sampler.
     An iterable dataset orders its own samples: one with ``shuffle`` and ``seed`` attributes
@@ -64,11 +71,15 @@ def make_loader(
         raise TypeError(f"make_loader() got an unexpected keyword argument {unknown[0]!r}")
     check_output(device, dtype, mean, std, memory_format)
     if device is not None:
+        for name in ("collate_fn", "on_error"):
+            if options.get(name) not in (None, "raise"):
+                raise OptionError(f"{name} and device: with device= batches are made on the device, not collated from "
+                                  f"CPU samples; apply it to the batches in the training loop, or leave device out")
         return device_loader(dataset, batch_size, device=device, dtype=dtype, mean=mean, std=std,
                              memory_format=memory_format, num_workers=num_workers, **options)
     if num_workers == "tune":
-        return tuned_loader(dataset, batch_size, **options)
-    return build_loader(dataset, batch_size, num_workers=num_workers, **options)
+        return tuned_loader(dataset, batch_size, memory_format=memory_format, **options)
+    return build_loader(dataset, batch_size, num_workers=num_workers, memory_format=memory_format, **options)
 
 
 def _signature() -> inspect.Signature:
@@ -77,6 +88,7 @@ def _signature() -> inspect.Signature:
     return inspect.signature(make_loader).replace(parameters=own + list(_OPTIONS.values()))
 
 
+_OWN = set(inspect.signature(make_loader).parameters)
 _OPTIONS = {name: p for name, p in inspect.signature(build_loader).parameters.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "num_workers"}
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in _OWN}
 make_loader.__signature__ = _signature()

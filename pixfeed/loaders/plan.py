@@ -54,6 +54,14 @@
 * ``storage``, ``io_ahead``, ``order``: the dataset against the memory this
   process may use, read-ahead in the sampler's order, and the quasi-random
   order for datasets larger than memory (``cacheplan.py``).
+* ``memory_format``: the layout of a batch's images, channels_last by default
+  (the stored HWC pixels in one copy; what convolutions on GPUs prefer), or
+  contiguous (``collate.py``).
+* ``sampler``, ``collate_fn``: a caller's, passed through; ``check_sampler``
+  refuses by name what the loader then cannot honour and ``user_sampler``
+  says what it no longer guarantees (order, read-ahead, resume, the split).
+* ``on_error``, ``skipped``: ``"skip"`` reads on past damaged records
+  (``damaged.py``, ``pixfeed.datasets.skips``), counted in ``skipped``.
 * ``prefetch_factor``: batches each worker keeps ready,
   ``PREFETCH_BUDGET // (batch bytes x workers)`` clamped to 1..4 (2 when the
   batch size in bytes is unknown), then lowered to fit shared memory (``shm.py``).
@@ -115,12 +123,24 @@ class LoaderPlan:
     reasons: Dict[str, str] = field(default_factory=dict)
     device: Optional[str] = None  # where batches go (make_loader's device=), and where images decode (device.py)
     decode_on: Optional[str] = None
+    memory_format: str = "channels_last"  # the layout of a batch's images (collate.py)
+    sampler: Optional[str] = None  # a caller's sampler= and collate_fn=, by name (check_sampler)
+    collate_fn: Optional[str] = None
+    on_error: str = "raise"  # a damaged record: raise, or skip it (pixfeed.datasets.skips)
+    skips: Any = None  # on_error="skip": the loader's SkipLog
+
+    @property
+    def skipped(self) -> Optional[int]:
+        """Damaged records skipped so far (on_error="skip"), by this process and its workers."""
+        return None if self.skips is None else self.skips.count
 
     def __str__(self) -> str:
         names = ("device", "decode_on") * (self.device is not None) + (
                  "path", "num_workers", "decode_threads", "training_threads", "read_ahead", "pin_memory",
                  "persistent_workers", "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead",
-                 "order", "hints", "reader_thread", "seeding")
+                 "order", "hints", "reader_thread", "seeding", "memory_format") + \
+            ("sampler",) * (self.sampler is not None) + ("collate_fn",) * (self.collate_fn is not None) + \
+            ("on_error",) + ("skipped",) * (self.skips is not None)
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]
         head = f"pixfeed loader plan (rank {self.world.rank} of {self.world.size}, {self.cpus} usable CPUs):"
         return "\n".join([head, *rows])
@@ -130,6 +150,97 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise OptionError(f"{name} must be 'auto', True or False, not {value!r}")
     return value
+
+
+MEMORY_FORMATS = {torch.channels_last: "channels_last", torch.contiguous_format: "contiguous_format"}
+
+
+def check_memory_format(memory_format: Any) -> torch.memory_format:
+    """``memory_format`` if it is one a batch's images can be laid out in, else an OptionError."""
+    if not isinstance(memory_format, torch.memory_format) or memory_format not in MEMORY_FORMATS:
+        raise OptionError(f"memory_format {memory_format!r}: expected torch.channels_last (the default: the "
+                          "layout pixfeed's pixels are stored in, and convolutions on GPUs prefer) or "
+                          "torch.contiguous_format (N x C x H x W strides, for .view() and code that needs them)")
+    return memory_format
+
+
+def check_sampler(sampler: Any, collate_fn: Any, dataset: Any, world: World, distributed: Any, shuffle: Any,
+                  order: str, io_ahead: Any, memory_format: torch.memory_format) -> None:
+    """Refuse, by name, a caller's ``sampler=`` or ``collate_fn=`` with what the loader then cannot honour."""
+    if collate_fn is not None:
+        if not callable(collate_fn):
+            raise OptionError(f"collate_fn {collate_fn!r}: expected a function of a list of samples")
+        if memory_format != torch.channels_last:
+            raise OptionError("collate_fn and memory_format: a batch is what your collate_fn returns (its samples are "
+                              "3 x H x W views of HWC pixels); lay it out there, or leave collate_fn out")
+    if sampler is None:
+        return
+    name = type(sampler).__name__
+    if isinstance(dataset, IterableDataset):
+        raise OptionError(f"sampler and an iterable dataset ({type(dataset).__name__}): it orders and splits its own "
+                          f"samples, so a sampler ({name}) has no indices to give; leave sampler out (shuffle=, seed=)")
+    if not callable(getattr(sampler, "__iter__", None)):
+        raise OptionError(f"sampler {sampler!r}: expected a torch Sampler (an iterable of dataset indices)")
+    for option, value, default in (("shuffle", shuffle, None), ("order", order, "auto")):
+        if value != default:
+            raise OptionError(f"sampler and {option}: {name} decides the order, so {option}={value!r} cannot apply; "
+                              f"leave {option} out (or leave sampler out for pixfeed's order)")
+    if io_ahead not in ("auto", 0, False):
+        raise OptionError(f"sampler and io_ahead: read-ahead requests records in the sampler's known order, and "
+                          f"{name}'s is not known in advance; leave io_ahead out")
+    if distributed is not False and world.size > 1:
+        replicas = getattr(sampler, "num_replicas", None)
+        if replicas is None or not hasattr(sampler, "rank"):
+            raise OptionError(f"sampler and a world of {world.size} ranks: {name} does not split by rank "
+                              f"(no num_replicas and rank), so every rank would read the same samples; wrap it in a "
+                              f"DistributedSampler-like sampler, or pass distributed=False if something else splits")
+        if replicas != world.size or sampler.rank != world.rank:
+            raise OptionError(f"sampler and a world of {world.size} ranks: {name} splits for num_replicas={replicas}, "
+                              f"rank={sampler.rank}, but this is rank {world.rank} of {world.size}")
+
+
+def user_sampler(sampler: Any, collate_fn: Any) -> Tuple[Optional[str], Optional[str], Dict[str, str]]:
+    """(sampler, collate_fn, reasons): the plan's rows for a caller's own, saying what pixfeed then cannot
+    guarantee."""
+    reasons: Dict[str, str] = {}
+    shown = None if sampler is None else type(sampler).__name__
+    if sampler is not None:
+        split = "splits by rank itself" if hasattr(sampler, "num_replicas") else "not split by rank: one process"
+        reasons["sampler"] = (f"yours: its order (pixfeed cannot guarantee each sample once per epoch, nor read "
+                              f"ahead in it); {split}; set_epoch called each epoch; a resume skips the samples "
+                              "already taken in its next iteration, exact only if its order is a function of its "
+                              "epoch; random crops are seeded from (seed, epoch, index), so an index drawn twice "
+                              "in an epoch gets the same crop")
+    name = None if collate_fn is None else getattr(collate_fn, "__name__", type(collate_fn).__name__)
+    if collate_fn is not None:
+        reasons["collate_fn"] = ("yours: it gets each batch's samples (3 x H x W views of HWC pixels, labels), and "
+                                 "its result is the batch as it is (memory_format does not apply)")
+    return shown, name, reasons
+
+
+def choose_on_error(on_error: Any, dataset: Any) -> Choice:
+    """What a damaged record does to the epoch (``on_error``), and why."""
+    if on_error not in ("raise", "skip"):
+        raise OptionError(f"on_error {on_error!r}: expected 'raise' (the default) or 'skip'")
+    if on_error == "raise":
+        return on_error, "a damaged record raises CorruptDataError naming it (on_error='skip' reads on without it)"
+    if isinstance(dataset, IterableDataset):
+        if not hasattr(dataset, "skips"):
+            raise OptionError(f"on_error='skip' and {type(dataset).__name__}: an iterable dataset reads its own "
+                              "stream, which make_loader cannot continue past a failure; skip inside the dataset")
+        return on_error, ("a record failing its checksum or decode is left out of the stream, counted and named "
+                          "once: the epoch is one sample shorter for each (its last batch may be short)")
+    return on_error, ("a record failing its checksum or decode is counted, named once, and the next sound record "
+                      "(index + 1, ...) read in its place: batches stay full, the epoch's length exact")
+
+
+def layout(memory_format: torch.memory_format) -> Choice:
+    """The plan's row for the layout of a batch's images."""
+    if memory_format == torch.channels_last:
+        return "channels_last", ("N x C x H x W with channels_last strides (default): the stored HWC pixels in one "
+                                 "copy, the layout convolutions on GPUs prefer; memory_format="
+                                 "torch.contiguous_format for plain NCHW strides (.view)")
+    return "contiguous_format", "N x C x H x W, contiguous: the transposing copy made where batches are collated"
 
 
 def choose_path(dataset: Any) -> Choice:

@@ -15,6 +15,13 @@ The state is a small JSON-serialisable dict (no pickle)::
     consumed              samples this rank handed to the training loop in this stretch
                           (batches actually yielded; batches in flight or prefetched do not count)
     workers, worker_consumed, next_worker    WebDataset only (below)
+    skipped               damaged records skipped so far (``on_error="skip"`` only)
+
+A caller's ``sampler=`` (``order`` is then "sampler NAME", ``shuffle`` null): it
+splits by rank itself, so ``start + consumed`` counts this rank's positions in
+its iteration, and a resume skips that many of its indices in the sampler's
+next iteration (``loader._ResumedBatches``); another sampler or world size is
+refused.
 
 Map-style datasets resume exactly for the same world size: the sampler starts at
 ``start + consumed * world_size`` and every random draw depends on (seed, epoch,
@@ -41,7 +48,9 @@ from torch.utils.data import IterableDataset
 from pixfeed.checksum import record_hash
 from pixfeed.errors import OptionError
 from pixfeed.loaders.batch import BatchReader
+from pixfeed.loaders.damaged import SkipDamaged
 from pixfeed.loaders.seeding import SeededSamples
+from pixfeed.loaders.split import EpochSampler
 
 STATE_VERSION = 1
 Point = Dict[str, Any]  # where an epoch starts: {"start": n} or the WebDataset worker fields
@@ -90,7 +99,7 @@ class Counted(Iterator[Any]):
 
 def user_dataset(loader: Any) -> Any:
     """The dataset given to make_loader, under the wrappers it may have put around it."""
-    wrapped = isinstance(loader.dataset, (BatchReader, SeededSamples))
+    wrapped = isinstance(loader.dataset, (BatchReader, SeededSamples, SkipDamaged))
     return loader.dataset.dataset if wrapped else loader.dataset
 
 
@@ -98,12 +107,15 @@ def state_of(loader: Any) -> dict:
     dataset, progress = user_dataset(loader), loader.pixfeed_progress
     reading = progress.epoch is not None and not progress.finished
     iterable = isinstance(dataset, IterableDataset)
-    ordering = dataset if iterable else loader.sampler
-    state = {"pixfeed_loader_state": STATE_VERSION, **_identity(dataset), "seed": ordering.seed,
-             "shuffle": ordering.shuffle, "drop_last": loader.drop_last,
-             "order": list(getattr(ordering, "quasi", None) or []) or "random",
+    ordering = dataset if iterable else loader.sampler if own_sampler(loader) else None  # None: the caller's
+    state = {"pixfeed_loader_state": STATE_VERSION, **_identity(dataset),
+             "seed": getattr(loader.dataset, "seed", None) if ordering is None else ordering.seed,
+             "shuffle": None if ordering is None else ordering.shuffle, "drop_last": loader.drop_last,
+             "order": f"sampler {type(loader.sampler).__name__}" if ordering is None else
+             list(getattr(ordering, "quasi", None) or []) or "random",
              "epoch": progress.epoch if reading else loader.epoch,
-             "world_size": loader.pixfeed_plan.world.size, "rank": loader.pixfeed_plan.world.rank}
+             "world_size": loader.pixfeed_plan.world.size, "rank": loader.pixfeed_plan.world.rank,
+             **({} if loader.pixfeed_plan.skips is None else {"skipped": loader.pixfeed_plan.skipped})}
     point = progress.point if reading else loader.pixfeed_resume_point or {}
     batches = progress.batches if reading else 0
     if iterable:
@@ -118,8 +130,13 @@ def load(loader: Any, state: Any) -> None:
     iterable = isinstance(dataset, IterableDataset)
     _check(loader, dataset, state, iterable)
     loader.set_epoch(state["epoch"])
+    if loader.pixfeed_plan.skips is not None and isinstance(state.get("skipped"), int):
+        loader.pixfeed_plan.skips.base = state["skipped"]  # the count goes on from the saved run's
     if iterable:
         point = {name: state[name] for name in ("workers", "worker_consumed", "next_worker")}
+    elif not own_sampler(loader):  # the caller's sampler splits by rank itself: skip what this rank took
+        point = {"start": state["start"] + state["consumed"]}
+        loader.pixfeed_skip = point["start"]
     else:
         point = {"start": state["start"] + state["consumed"] * state["world_size"]}
         loader.sampler.offset = point["start"]
@@ -136,9 +153,16 @@ def begin_epoch(loader: Any, epoch: int) -> Point:
     if isinstance(dataset, IterableDataset):
         if callable(getattr(dataset, "resume", None)):
             dataset.resume(epoch, point.get("worker_consumed"), point.get("next_worker", 0))
-    else:
+    elif own_sampler(loader):
         loader.sampler.offset = point.get("start", 0)
+    else:
+        loader.pixfeed_skip = point.get("start", 0)
     return point
+
+
+def own_sampler(loader: Any) -> bool:
+    """Whether a map-style loader reads in pixfeed's order (not a caller's ``sampler=``)."""
+    return isinstance(loader.sampler, EpochSampler)
 
 
 def _identity(dataset: Any) -> dict:
@@ -181,7 +205,12 @@ def _check(loader: Any, dataset: Any, state: Any, iterable: bool) -> None:
     if state.get("layout_version") != mine["layout_version"]:
         raise OptionError(f"load_state_dict: the state was saved for pixfeed layout version "
                           f"{state.get('layout_version')}, this dataset is version {mine['layout_version']}")
-    if (state.get("order") == "random") != (mine["order"] == "random"):
+    if str(state.get("order")).startswith("sampler") or str(mine["order"]).startswith("sampler"):
+        if state.get("order") != mine["order"] or state.get("world_size") != mine["world_size"]:
+            raise OptionError(f"load_state_dict: the state was saved with order {state.get('order')!r} on "
+                              f"{state.get('world_size')} ranks, this loader has {mine['order']!r} on "
+                              f"{mine['world_size']}; a caller's sampler resumes only as it was, on as many ranks")
+    elif (state.get("order") == "random") != (mine["order"] == "random"):
         kind = lambda order: "random" if order == "random" else "quasi_random"  # noqa: E731
         raise OptionError(f"load_state_dict: the state was saved with order={kind(state.get('order'))!r}, this "
                           f"loader has order={kind(mine['order'])!r}; make the loader with "
