@@ -20,7 +20,7 @@ import pytest
 from conftest import deadline
 from pixfeed.checksum import file_hash
 from pixfeed.cli import main
-from pixfeed.errors import CorruptDataError
+from pixfeed.errors import CorruptDataError, PixfeedError
 from test_hostile_input import in_process, jpeg, one_line_error, run
 
 
@@ -394,3 +394,31 @@ def test_tar_header_extensions_are_bounded(tmp_path, capsys, kind, gz):
     code, out, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q")
     assert code == 2 and err.count("\n") == 1 and "s-000000.tar" in err, err
     assert all(w in err for w in words), err
+
+
+# ---- item 12: pixfeed bench holds a bounded sample of the source, not every image ----
+
+def test_bench_holds_a_bounded_sample_of_the_source(tmp_path, monkeypatch):
+    """Two sparse 300 MiB ".jpg" files (a JPEG's first bytes, then a hole) beside three small images: the
+    decode ceilings are measured on the small ones, and the sparse ones are never read into memory."""
+    from pixfeed.bench import runner
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    for i in range(3):
+        (src / f"{i}.jpg").write_bytes(jpeg(i))
+    for i in (3, 4):
+        with open(src / f"{i}.jpg", "wb") as f:
+            f.write(jpeg(i)[:64])
+            f.truncate(300 << 20)
+    from pixfeed.storage.bounded import read_file
+    read = []
+    monkeypatch.setattr(runner, "read_file", lambda path, *a: read.append(Path(path).name) or read_file(path, *a))
+    bench = runner.Bench(runner.BenchConfig(src=tmp_path / "src"), tmp_path / "work")
+    assert sorted(read) == ["0.jpg", "1.jpg", "2.jpg"] and len(bench.blobs) == 3
+    assert sum(map(len, bench.blobs)) <= runner.DECODE_SAMPLE
+    assert bench.source_bytes == sum(p.stat().st_size for p in src.iterdir())
+    monkeypatch.setattr(runner, "DECODE_SAMPLE", 100)  # no image fits: named, nothing read
+    read.clear()
+    with pytest.raises(PixfeedError, match="no source image is under"):
+        runner.Bench(runner.BenchConfig(src=tmp_path / "src"), tmp_path / "work")
+    assert read == []
