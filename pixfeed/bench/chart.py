@@ -40,10 +40,12 @@ def draw(result: dict, path: Path) -> Optional[Path]:
     ax.set_yticks(range(len(rows)), [r["name"] for r in rows])
     _ceiling_lines(ax, result)
     ax.set_xscale("log")
+    top = max(max(r["read"]["images_per_s"], r.get("train", r["read"])["images_per_s"]) for r in rows)
+    ax.set_xlim(right=max(ax.get_xlim()[1], top * 12))  # room for the labels right of the longest bar
     ax.set_xlabel("images/s delivered (best epoch, log scale)")
     cfg = result["config"]
     ax.set_title(f"pixfeed bench: {cfg['images']} images, batch {cfg['batch_size']}, {cfg['size']} px, "
-                 f"{result['machine']['usable_cpus']} CPUs; hatched: training (random-resized) crops", fontsize=10)
+                 f"{result['machine']['usable_cpus']} CPUs (hatched: training crops)", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
