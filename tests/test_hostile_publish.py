@@ -417,3 +417,18 @@ def test_a_sample_mark_naming_files_outside_its_folder_deletes_none_of_them(tmp_
         f.write("linked\nlinked/thesis.tex\n")
     claim_folder(root, overwrite=True)
     assert (elsewhere / "thesis.tex").read_text() == "mine" and not (root / "linked").exists()
+
+
+def test_table_cells_and_warnings_escape_newlines_from_input():
+    """Siblings of info's forged line: a report table (doctor, bench) and a warning quoting a name."""
+    import warnings
+
+    from pixfeed.console.texttable import table
+    from pixfeed.console.warn import warn_caller
+
+    lines = "\n".join(table(["check", "value"], [["dataset", f"/data/{FORGED}"], ["disk", "ok"]])).splitlines()
+    assert len(lines) == 4 and not any(line.startswith("checksum") for line in lines)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_caller(f"pixfeed: /data/{FORGED}: each rank reads 1 shard(s)")
+    assert "\n" not in str(caught[0].message) and "dog\\nchecksum" in str(caught[0].message)
