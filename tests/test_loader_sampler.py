@@ -88,7 +88,8 @@ def test_a_mixup_collate_gets_samples_on_the_batch_path_too(packs, workers):
 def test_what_a_callers_sampler_cannot_be_combined_with_is_refused_by_name(packs, monkeypatch):
     ds = pixfeed.open_dataset(packs / "mmap", size=12)
     mine = Reversed(len(ds))
-    for option, value in (("shuffle", True), ("shuffle", False), ("order", "quasi_random"), ("io_ahead", 1 << 20)):
+    assert pixfeed.make_loader(ds, 4, sampler=mine, shuffle=False).pixfeed_plan.order == "sampler"  # as torch's
+    for option, value in (("shuffle", True), ("order", "quasi_random"), ("io_ahead", 1 << 20)):
         with pytest.raises(OptionError, match=f"sampler and {option}"):
             pixfeed.make_loader(ds, 4, sampler=mine, **{option: value})
     with pytest.raises(OptionError, match="sampler and an iterable dataset"):

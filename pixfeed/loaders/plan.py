@@ -181,8 +181,8 @@ def check_sampler(sampler: Any, collate_fn: Any, dataset: Any, world: World, dis
                           f"samples, so a sampler ({name}) has no indices to give; leave sampler out (shuffle=, seed=)")
     if not callable(getattr(sampler, "__iter__", None)):
         raise OptionError(f"sampler {sampler!r}: expected a torch Sampler (an iterable of dataset indices)")
-    for option, value, default in (("shuffle", shuffle, None), ("order", order, "auto")):
-        if value != default:
+    for option, value, default in (("shuffle", shuffle, (None, False)), ("order", order, ("auto",))):
+        if value not in default:  # shuffle=False says nothing against a sampler, as in torch's DataLoader
             raise OptionError(f"sampler and {option}: {name} decides the order, so {option}={value!r} cannot apply; "
                               f"leave {option} out (or leave sampler out for pixfeed's order)")
     if io_ahead not in ("auto", 0, False):
