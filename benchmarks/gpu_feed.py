@@ -6,7 +6,7 @@ CPU path and pixfeed's GPU path, from full-size JPEGs, ``--max-side 384`` JPEGs 
     python benchmarks/gpu_feed.py --images DIR --cpu-smoke        # reduced, on the CPU: checks the script
 
 The dataset: DIR's images (an ImageFolder tree, or a flat folder) copied ``--copies`` times (by default
-to about 10,000 images) into a temporary folder, then packed three ways with pixfeed (mmap: encoded
+to about 20,000 images) into a temporary folder, then packed three ways with pixfeed (mmap: encoded
 full-size, encoded ``--max-side 384``, stored pixels 256).  The training step: a torchvision model
 (``weights=None``), bf16 autocast, channels_last, SGD with momentum, cross-entropy, the uint8 batch
 normalised on the GPU, ``cudnn.benchmark`` on.  Rows, each time-boxed to ``--seconds`` of measurement:
@@ -66,7 +66,8 @@ from pixfeed.machine.cpus import available_cpus
 from pixfeed.packers import pack
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png"}
-TARGET_IMAGES = 10_000
+TARGET_IMAGES = 20_000  # 78 batches of 256 an epoch: the steady rate is counted apart from epoch starts
+EPOCH_START_BATCHES = 5  # an epoch's first batches: counted in images_per_s, not in steady_images_per_s
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CLASSES = 1000
 DATA = {  # name: how it is described (pack_options gives its pack)
@@ -334,14 +335,25 @@ def measure(batches: Iterator[Any], step: Step, device: torch.device, args: argp
     sync(device)
     gpu0, cpu = gpu_stats(), CpuMeter().start()
     t0, count, steps = time.perf_counter(), 0, 0
+    place = getattr(batches, "place", None)  # (epoch, batch of the epoch) of the batch last given, if it says
+    starts, last, steady = 0, t0, [0, 0.0]  # steady: images and seconds of batches past an epoch's first few
     while time.perf_counter() - t0 < args.seconds and (args.max_batches is None or steps < args.max_batches):
         images, labels = next(batches)[:2]
         step(images, labels)
         count, steps = count + len(images), steps + 1
+        now = time.perf_counter()
+        if place is not None:
+            starts += place[1] == 0
+            if place[1] >= EPOCH_START_BATCHES:
+                steady[0], steady[1] = steady[0] + len(images), steady[1] + now - last
+        last = now
     sync(device)
     wall = time.perf_counter() - t0
     row = {"images_per_s": count / wall, "images": count, "batches": steps, "seconds": wall,
            "warmup_batches": warmed, "first_batch_s": first, **cpu.stop()}
+    if place is not None:  # an epoch's first batches wait for its start: counted apart
+        row["epoch_starts"] = starts
+        row["steady_images_per_s"] = steady[0] / steady[1] if steady[1] else None
     gpu1 = gpu_stats()
     if gpu1:
         row["gpu_stats"] = {k: gpu1.get(k, 0) - gpu0.get(k, 0) for k in gpu1}
@@ -354,8 +366,35 @@ def appetite(step: Step, device: torch.device, args: argparse.Namespace) -> Dict
     return measure(iter(lambda: (images, labels), None), step, device, args, args.appetite_warmup)
 
 
+class Placed:
+    """The loader's batches epoch after epoch (``tune.epochs``), saying where the last one came from:
+    ``place`` is [epoch, batch of the epoch]."""
+
+    def __init__(self, loader: Any) -> None:
+        self.batches = epochs(loader)
+        try:
+            self.length = len(loader)
+        except TypeError:  # a loader without a length: where a batch came from is not known
+            self.length = None
+        self.place = [0, -1] if self.length else None
+
+    def __iter__(self) -> "Placed":
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self.batches)
+        if self.place is not None:
+            self.place[1] += 1
+            if self.place[1] >= self.length:
+                self.place[0], self.place[1] = self.place[0] + 1, 0
+        return batch
+
+    def close(self) -> None:
+        self.batches.close()
+
+
 def fed(loader: Any, step: Step, device: torch.device, args: argparse.Namespace) -> Dict[str, Any]:
-    batches = epochs(loader)
+    batches = Placed(loader)
     try:
         return measure(batches, step, device, args, max(args.min_warmup, ready_batches(loader)))
     finally:
