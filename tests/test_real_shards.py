@@ -321,7 +321,7 @@ def test_crowd_annotations_pack_and_category_names_are_kept(coco, tmp_path):
     (root / "annotations.json").write_text(json.dumps(spec))
     m = coco.convert(root / "annotations.json", root / "images", tmp_path / "ds", "mmap", store="encoded", workers=1)
     assert m["count"] == 4
-    assert m["classes"] == ["0", "red", "green", "blue", "4", "5", "6", "seven"]
+    assert m["classes"] == ["background", "red", "green", "blue", "4", "5", "6", "seven"]  # 0: the masks' background
     ds = open_dataset(tmp_path / "ds", fields=None)
     for i in range(len(ds)):
         record = ds[i]
