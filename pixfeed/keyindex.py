@@ -22,7 +22,8 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from .errors import CorruptDataError
-from .storage.bounded import MANIFEST_BYTES, check_size, open_regular, read_file
+from .storage.bounded import MANIFEST_BYTES, check_size, read_open
+from .storage.paths import open_inside, opened_path
 
 OFFSETS, BLOB = "keys.offsets.npy", "keys.utf8"
 
@@ -45,10 +46,10 @@ class KeyIndex:
     bytes, after checking that the offsets name bytes the keys' file holds (a hostile index cannot
     make it read past the file or allocate what the offsets claim); a FIFO or device is refused unread."""
 
-    def __init__(self, folder: Path, entry: dict) -> None:
-        self.offsets = _offsets(Path(folder) / entry["offsets"])
+    def __init__(self, folder: Path, entry: dict, allow_links: bool = False) -> None:
+        self.offsets = _offsets(folder, entry["offsets"], allow_links)
         self.where = Path(folder) / entry["blob"]
-        fd = open_regular(self.where)
+        fd = open_inside(folder, entry["blob"], allow_links)  # no link followed, even one swapped in
         self.size = os.fstat(fd).st_size
         self.blob = os.fdopen(fd, "rb", buffering=0)  # closed with the index
 
@@ -64,16 +65,16 @@ class KeyIndex:
         return _decode(os.pread(self.blob.fileno(), end - start, start), self.where, i)
 
 
-def read_all(folder: Path, entry: dict, count: Optional[int] = None) -> List[str]:
+def read_all(folder: Path, entry: dict, count: Optional[int] = None, allow_links: bool = False) -> List[str]:
     """Every key, in record order (for tools that need them all: a repack, ``pixfeed info``): the keys'
     file read within MANIFEST_BYTES (the limit of ``keys.json``, which holds the same keys and more), the
     offsets checked to rise within it and, given ``count``, to number no more than ``count + 1``."""
-    offsets = _offsets(Path(folder) / entry["offsets"])
+    offsets = _offsets(folder, entry["offsets"], allow_links)
     where = Path(folder) / entry["blob"]
     if count is not None and len(offsets) > count + 1:  # fewer: the records' own check names it
         raise CorruptDataError(f"{Path(folder) / entry['offsets']}: {len(offsets)} offsets for {count} records "
                                f"({count + 1} expected); the key index is damaged")
-    blob = read_file(where, MANIFEST_BYTES, where, "keys file")
+    blob = read_open(open_inside(folder, entry["blob"], allow_links), MANIFEST_BYTES, where, "keys file")
     if offsets[0] != 0 or int(offsets[-1]) > len(blob) or (offsets[1:] < offsets[:-1]).any():
         raise CorruptDataError(f"{where}: the key index's offsets do not rise from 0 within the file's {len(blob)} "
                                "bytes; the index is damaged")
@@ -81,14 +82,18 @@ def read_all(folder: Path, entry: dict, count: Optional[int] = None) -> List[str
     return [_decode(blob[a:b], where, i) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
-def _offsets(path: Path) -> np.ndarray:
-    """The mapped offsets: a 1-D array of unsigned integers, else CorruptDataError; a special file
-    SpecialFileError before numpy opens it (it would block on a FIFO)."""
-    os.close(open_regular(path))
+def _offsets(folder: Path, rel: str, allow_links: bool = False) -> np.ndarray:
+    """The mapped offsets ``folder/rel``: a 1-D array of unsigned integers, else CorruptDataError; a special
+    file SpecialFileError before numpy opens it (it would block on a FIFO), a link OutsideDatasetError
+    (``open_inside``: numpy maps the file that was opened and checked)."""
+    path = Path(folder) / rel
+    fd = open_inside(folder, rel, allow_links)
     try:
-        offsets = np.load(path, mmap_mode="r", allow_pickle=False)
+        offsets = np.load(opened_path(fd, path), mmap_mode="r", allow_pickle=False)
     except ValueError as e:
         raise CorruptDataError(f"{path}: not a readable key index ({e})") from None
+    finally:
+        os.close(fd)
     if offsets.ndim != 1 or offsets.dtype.kind != "u" or not len(offsets):
         raise CorruptDataError(f"{path}: the key index is {offsets.dtype} {offsets.shape}, not unsigned offsets "
                                "[count + 1]; the index is damaged")

@@ -432,3 +432,22 @@ def test_table_cells_and_warnings_escape_newlines_from_input():
         warnings.simplefilter("always")
         warn_caller(f"pixfeed: /data/{FORGED}: each rank reads 1 shard(s)")
     assert "\n" not in str(caught[0].message) and "dog\\nchecksum" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("name", ["keys.utf8", "keys.offsets.npy"])
+@pytest.mark.parametrize("how", ["key", "keys"])
+def test_a_reader_opens_its_key_files_without_following_a_link_swapped_in_after_it_opened(tmp_path, src, name,
+                                                                                        how):
+    """open_dataset checked the folder for links; a link swapped in after that is refused when the key index
+    is read (a lookup, or every key for a repack), never followed to the file it names."""
+    from pixfeed.datasets import open_dataset
+
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, "mmap", size=8, workers=1)
+    ds = open_dataset(dst)
+    outside = tmp_path / "outside"
+    outside.write_bytes((dst / name).read_bytes())
+    os.unlink(dst / name)
+    os.symlink(outside, dst / name)
+    with pytest.raises(pixfeed.errors.OutsideDatasetError, match="symbolic link"):
+        ds.key(0) if how == "key" else ds.keys()

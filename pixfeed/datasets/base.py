@@ -49,7 +49,7 @@ from ..image.geometry import center_slices, check_crop_ratio
 from ..image import pool as decodepool
 from .. import keyindex
 from ..errors import CorruptDataError, DatasetError, DatasetNotFoundError, Location, OptionError
-from ..storage.bounded import MANIFEST_BYTES, check_size, read_file
+from ..storage.bounded import MANIFEST_BYTES, check_size, read_open
 from ..storage.bounded import loads as bounded_loads
 from ..storage.chunkcache import TIMEOUT
 from ..storage.chunked import open_remote
@@ -58,6 +58,7 @@ from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
 from ..storage.pagecache import Extents
 from ..storage.paths import check_dataset_links
+from ..storage.paths import check_dataset_links, open_inside
 from ..storage.store import Store, is_url, join, local_path
 from .fieldvalues import FieldValues, sample_rng, sample_rngs
 
@@ -157,6 +158,7 @@ class ImageRecords(FieldValues):
         if entry and self.remote is None:
             if self._keys is None:  # opened once per process (not pickled)
                 self._keys = keyindex.KeyIndex(self.path, entry)
+                self._keys = keyindex.KeyIndex(self.path, entry, self.allow_links)
             return self._keys[i]
         if self._keys is None:
             self._keys = self._read_keys()
@@ -171,7 +173,7 @@ class ImageRecords(FieldValues):
             text = self.remote.read_range(name, 0, MANIFEST_BYTES + 1)
             check_size(len(text), MANIFEST_BYTES, where, "keys file")
         else:
-            text = read_file(self.path / name, MANIFEST_BYTES, where, "keys file")
+            text = read_open(open_inside(self.path, name, self.allow_links), MANIFEST_BYTES, where, "keys file")
         try:
             keys = bounded_loads(text, where)
         except ValueError as e:
@@ -185,6 +187,7 @@ class ImageRecords(FieldValues):
         entry = self.manifest.get("key_index")
         if entry and self.remote is None:
             return keyindex.read_all(self.path, entry, self.manifest["count"])
+            return keyindex.read_all(self.path, entry, self.manifest["count"], self.allow_links)
         return [self.key(i) for i in range(len(self))]
 
     def lazy_extents(self, name: str, ranges, whole=()) -> Extents:

@@ -154,6 +154,14 @@ def open_inside(root: Path, rel: str, allow_links: bool = False) -> int:
     return refuse_special(fd, path)
 
 
+def opened_path(fd: int, path) -> str:
+    """A path naming the very file open as ``fd`` (``/proc/self/fd/N`` on Linux; ``path`` elsewhere), for a
+    library that opens by path (numpy's memmap): it opens the file that was checked, not whatever ``path``
+    names by then."""
+    proc = f"/proc/self/fd/{fd}"
+    return proc if os.path.exists(proc) else str(path)
+
+
 def target(link) -> str:
     """Where the symbolic link ``link`` points, quoted, for a message; it may have changed since it was
     looked at (then a word saying so, not an OSError)."""
