@@ -57,7 +57,6 @@ from ..storage.chunkfile import ChunkFile
 from ..fields import BUILTIN, codec, from_json, select
 from ..manifest import read_manifest
 from ..storage.pagecache import Extents
-from ..storage.paths import check_dataset_links
 from ..storage.paths import check_dataset_links, open_inside
 from ..storage.store import Store, is_url, join, local_path
 from .fieldvalues import FieldValues, sample_rng, sample_rngs
@@ -157,7 +156,6 @@ class ImageRecords(FieldValues):
         entry = self.manifest.get("key_index")
         if entry and self.remote is None:
             if self._keys is None:  # opened once per process (not pickled)
-                self._keys = keyindex.KeyIndex(self.path, entry)
                 self._keys = keyindex.KeyIndex(self.path, entry, self.allow_links)
             return self._keys[i]
         if self._keys is None:
@@ -186,7 +184,6 @@ class ImageRecords(FieldValues):
         """Every record's key, in record order: one read, for tools that need them all (a repack)."""
         entry = self.manifest.get("key_index")
         if entry and self.remote is None:
-            return keyindex.read_all(self.path, entry, self.manifest["count"])
             return keyindex.read_all(self.path, entry, self.manifest["count"], self.allow_links)
         return [self.key(i) for i in range(len(self))]
 
