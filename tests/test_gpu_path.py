@@ -536,3 +536,34 @@ def test_gpu_decoder_on_a_side_stream(records):
     torch.cuda.current_stream().wait_stream(side)
     out.record_stream(torch.cuda.current_stream())
     assert torch.equal(out.cpu(), plain.cpu())
+
+
+def test_available_needs_a_gpu_decoder_that_decodes(monkeypatch):
+    """available() makes a decoder with GPU backends only and decodes a JPEG with it: one whose GPU
+    decoders did not load (nvJPEG missing: nvImageCodec returns None) is named, not taken for a GPU."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from nvidia import nvimgcodec as n  # its CodeStream and DecodeParams; the decoder is the stand-in below
+    asked = []
+
+    class Decoder:
+        def __init__(self, result):
+            self.result = result
+
+        def decode(self, stream, **kw):
+            return self.result
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: SimpleNamespace(
+        cuda_stream=0, synchronize=lambda: None))
+    for result, ok in ((None, False), (SimpleNamespace(shape=(48, 64, 3)), True)):
+        gpu._available.clear()
+        monkeypatch.setattr(gpu, "_make_decoder", lambda index, backend, r=result: (
+            asked.append(backend), (n, Decoder(r), "hardware JPEG engine"))[1])
+        got, why = gpu.available("cuda:0")
+        assert got is ok and asked[-1] == "gpu-only"
+        assert ("nvJPEG is missing" in why) is not ok and "cuda:0" in why
+    gpu._available.clear()

@@ -89,8 +89,11 @@ def _candidates(n, backend: str) -> List[Tuple[str, Optional[list]]]:
     hw, hybrid = n.Backend(n.BackendKind.HW_GPU_ONLY), n.Backend(n.BackendKind.HYBRID_CPU_GPU)
     named = {"default": [("default backends", None)], "hw": [("hardware JPEG engine", [hw])],
              "gpu": [("CUDA", [n.Backend(n.BackendKind.GPU_ONLY)])], "hybrid": [("hybrid CPU+GPU", [hybrid])]}
+    gpu_only = [("hardware JPEG engine, hybrid behind it", [hw, hybrid]), *named["hybrid"]]
     if backend == "auto":  # GPU_ONLY alone failed to be made under CUDA 13: not tried on its own
-        return [*named["default"], ("hardware JPEG engine, hybrid behind it", [hw, hybrid]), *named["hybrid"]]
+        return [*named["default"], *gpu_only]
+    if backend == "gpu-only":  # no CPU backend behind: what available() tries
+        return gpu_only
     return named[backend]
 
 
@@ -127,11 +130,30 @@ def available(device) -> Tuple[bool, str]:
             _available[index] = False, "nvImageCodec is not installed (pip install 'pixfeed[gpu]')"
         else:
             try:
-                _, _, name = _make_decoder(index, "auto")
-                _available[index] = True, f"nvImageCodec ({name}) on cuda:{index}"
+                _available[index] = True, _decodes_on_gpu(index)
             except Exception as e:
                 _available[index] = False, f"nvImageCodec made no GPU decoder on cuda:{index} ({e})"
     return _available[index]
+
+
+def _decodes_on_gpu(index: int) -> str:
+    """What decoded a small JPEG on CUDA device ``index`` with nvImageCodec's GPU backends alone (no CPU
+    backend behind them, which would answer for a missing nvJPEG); raises with the reason when none did."""
+    import io
+    from PIL import Image
+
+    n, decoder, name = _make_decoder(index, "gpu-only")
+    probe = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 90)).save(probe, "JPEG", quality=90)
+    params = n.DecodeParams(color_spec=n.SRGB, sample_format=n.I_RGB, apply_exif_orientation=False)
+    with torch.cuda.device(index):
+        stream = torch.cuda.current_stream(index)
+        image = decoder.decode(n.CodeStream(probe.getvalue()), params=params, cuda_stream=stream.cuda_stream)
+        stream.synchronize()  # once, when the plan is made
+    if image is None or tuple(image.shape[:2]) != (48, 64):
+        raise RuntimeError(f"its {name} decoded no JPEG: nvJPEG is missing or not built for this CUDA "
+                           "(pip install 'pixfeed[gpu]' for CUDA 12, 'pixfeed[gpu-cu13]' for CUDA 13)")
+    return f"nvImageCodec ({name}) on cuda:{index}"
 
 
 class _Head:
@@ -248,6 +270,13 @@ class BatchDecoder:
         self._codec_of: Optional[tuple] = None  # (pid, (nvimgcodec, decoder, params))
         self._lock = threading.Lock()
         self.staging = Staging(self.device)
+
+    def prepare(self) -> "BatchDecoder":
+        """Make the nvImageCodec decoder now, in this thread (the loader's: making one silences the library's
+        notes by redirecting the process's stdout and stderr a moment, which a reader thread must not do)."""
+        with self._lock:
+            self._codec()
+        return self
 
     def _codec(self):
         """(nvimgcodec, decoder, params) of this process (a decoder is not fork-safe; ``_lock`` held)."""

@@ -335,10 +335,12 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
         loader = build_loader(dataset, batch_size, num_workers=num_workers, **options)
     plan = loader.pixfeed_plan
     threaded = where == "device" or dev.type == "cuda"  # CPU batches converted on the CPU: as without device=
-    loader.pixfeed_device = DeviceStage(dev, kind if where == "device" else None, getattr(dataset, "size", None),
-                                        dtype, mean, std, memory_format, backend,
-                                        cpu_threads=min(gpu.CPU_THREADS, available_cpus()), threaded=threaded,
-                                        read_ahead=plan.read_ahead)
+    stage = loader.pixfeed_device = DeviceStage(dev, kind if where == "device" else None,
+                                                getattr(dataset, "size", None), dtype, mean, std, memory_format,
+                                                backend, cpu_threads=min(gpu.CPU_THREADS, available_cpus()),
+                                                threaded=threaded, read_ahead=plan.read_ahead)
+    if where == "device" and kind == ENCODED:  # one decoder for the loader's lifetime, made here, not in its thread
+        stage._decoder = gpu.BatchDecoder(dev, backend, cpu_threads=stage.cpu_threads).prepare()
     plan.device, plan.reasons["device"] = str(dev), f"batches as {dtype}, {_format_name(memory_format)}" + (
         f", normalised by mean {list(mean)} std {list(std)}" if mean is not None else "")
     if where == "device" and kind == ENCODED:  # the view reads bytes: the rules' words for stored pixels do not fit
