@@ -140,8 +140,9 @@ def test_two_workers_read_the_same_epochs_as_none(packs):
     assert sources == {0: 24, 1: 24}  # two epochs of 12 from mmap and 2 x 6 from LMDB
 
 
-def test_a_batch_holds_what_its_sources_read_and_a_record_seen_twice_gets_two_crops(packs):
-    mmap, lmdb = open_dataset(packs / "mmap", size=16), open_dataset(packs / "lmdb", size=16)
+@pytest.mark.parametrize("size", [16, None])  # a center crop of the stored pixels, or read as stored (24)
+def test_a_batch_holds_what_its_sources_read_and_a_record_seen_twice_gets_two_crops(packs, size):
+    mmap, lmdb = open_dataset(packs / "mmap", size=size), open_dataset(packs / "lmdb", size=size or 24)
     mixture = pixfeed.mix([mmap, lmdb], repeats=[1, 2], with_source=True)
     mixture.set_epoch(3)
     indices = np.random.default_rng(0).permutation(len(mixture))[:10]

@@ -70,6 +70,7 @@ class ImageRecords(FieldValues):
     # True: with checksums on, every byte taken from the data file is checked (records by their xxh3_64, headers
     # against the manifest), so a chunk cache of any chunk_bytes needs no per-chunk hashes (pixfeed.storage.chunked)
     checks_data_file = False
+    reads_into = False  # True: read_checked(indices, out=) gathers stored pixels into ``out`` (a mixture's rows)
 
     def __init__(self, path, transform=None, *, size=None, crop: str = "center", crop_ratio: Optional[float] = None,
                  checksums: bool = True, exact: bool = False, verify: Optional[bool] = None,
@@ -378,12 +379,14 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
     def _image_batch(self, indices: Sequence[int], threads: int = 1, out: Optional[np.ndarray] = None
                      ) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         shape = self.fixed_shape
-        idx, stored, labels = self.read_checked(indices)
+        into = out is not None and self.reads_into and not self.cpu_bound and out.shape[1:] == self.stored_shape
+        idx, stored, labels = self.read_checked(indices, out=out) if into else self.read_checked(indices)
         if isinstance(stored, np.ndarray) and not self.cpu_bound:
             rows, cols = self._slice_crop()
             batch = stored[:, rows, cols]
             if out is not None:
-                np.copyto(out, batch)
+                if not into:  # read straight into ``out`` otherwise
+                    np.copyto(out, batch)
                 batch = out
             elif self.size is not None and not batch.flags.c_contiguous:
                 batch = _copied(batch)

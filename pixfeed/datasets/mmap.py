@@ -90,18 +90,20 @@ class MmapImageDataset(MapImageDataset):
                                    f"data file is damaged (run 'pixfeed verify')")
         return offset
 
-    def read_checked(self, indices):
+    reads_into = True
+
+    def read_checked(self, indices, out=None):
         idx = self._indices(indices)
-        stored, labels, _ = self.read_stored(idx, check=self.checksums)
+        stored, labels, _ = self.read_stored(idx, check=self.checksums, out=out)
         return idx, stored, labels
 
-    def read_stored(self, indices: np.ndarray, check: bool = False):
+    def read_stored(self, indices: np.ndarray, check: bool = False, out=None):
         """(records, labels, checksums); with ``check``, each record is hashed (CorruptDataError on a
-        mismatch)."""
+        mismatch); stored pixels gathered into ``out`` when given (N x H x W x 3, the stored shape)."""
         h = self.handle
         checksums = h["checksums"][indices]
         if self.store == "pixels":
-            stored = batchbuffers.empty((len(indices), *self.stored_shape))
+            stored = batchbuffers.empty((len(indices), *self.stored_shape)) if out is None else out
             if "map" in h:  # one gather (releases the GIL); mode="clip": the indices are checked, out unbuffered
                 np.take(h["map"], indices, axis=0, out=stored, mode="clip")
                 for j in range(len(indices)) if check else ():

@@ -118,10 +118,14 @@ class Mixture(Dataset):
             bad = v[(v < 0) | (v >= len(self))][0]
             raise IndexError(f"{self.path}: index {bad} out of range for an epoch of {len(self)} samples")
         source = np.searchsorted(self.offsets, v, side="right") - 1
-        records, passes = np.empty_like(v), np.empty_like(v)
-        for s in np.unique(source).tolist():
+        if len(self.sources) == 1 or (source == source[0]).all():  # one source: no masks
+            s = int(source[0]) if v.size else 0
+            return (source, *self.streams[s].records(self.seed, self.epoch, v - self.offsets[s]))
+        records, passes, epoch = np.empty_like(v), np.empty_like(v), self.epoch
+        for s, stream in enumerate(self.streams):
             mine = source == s
-            records[mine], passes[mine] = self.streams[s].records(self.seed, self.epoch, v[mine] - self.offsets[s])
+            if stream.q and mine.any():
+                records[mine], passes[mine] = stream.records(self.seed, epoch, v[mine] - self.offsets[s])
         return source, records, passes
 
     def key(self, index: int) -> str:
