@@ -451,3 +451,16 @@ def test_a_reader_opens_its_key_files_without_following_a_link_swapped_in_after_
     os.symlink(outside, dst / name)
     with pytest.raises(pixfeed.errors.OutsideDatasetError, match="symbolic link"):
         ds.key(0) if how == "key" else ds.keys()
+
+
+def test_a_pack_goes_on_where_the_cache_cannot_hold_its_record(tmp_path, src, monkeypatch, caplog):
+    """A cache others may write (or none at all) keeps no record: the pack still publishes, says once that a
+    killed pack's leftovers would be the user's to remove, and leaves nothing behind."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o777)
+    os.chmod(cache, 0o777)
+    monkeypatch.setenv("PIXFEED_CACHE", str(cache))
+    m = pixfeed.pack(src, tmp_path / "ds", "mmap", size=8, workers=1)
+    assert m["count"] == 6 and verify(tmp_path / "ds").ok and leftovers(tmp_path) == []
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "cannot keep the record" in caplog.records[0].message and not (cache / "packs").exists()

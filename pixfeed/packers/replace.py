@@ -114,13 +114,23 @@ def _journal(key: str) -> Optional[Path]:
     """The file of the journal entry ``key`` in the user's cache (None, with a warning, when the cache
     cannot hold it: the pack goes on, but what a kill leaves is then the user's to remove)."""
     try:
+        make_private_dir(default_dir())  # the cache's own rules: a real folder of this user's, nobody else's to write
         base = default_dir() / "packs"
         make_private_dir(base, default_dir())
     except (OSError, UnsafeCacheError) as e:
-        log.warning("pixfeed: cannot keep the record of what this pack makes in the cache (%s); if the pack "
-                    "is killed, remove what it left yourself", e)
+        _warn_once(e)
         return None
     return base / f"{key}.json"
+
+
+_WARNED: list = []
+
+
+def _warn_once(e: Exception) -> None:
+    if not _WARNED:
+        _WARNED.append(e)
+        log.warning("pixfeed: cannot keep the record of what this pack makes in the cache (%s); if the pack "
+                    "is killed, remove what it left yourself", e)
 
 
 def read_journal(key: str) -> Optional[dict]:
@@ -149,8 +159,7 @@ def write_journal(key: str, entry: dict) -> None:
         try:
             write_json_atomic(path, entry)
         except OSError as e:
-            log.warning("pixfeed: cannot keep the record of what this pack makes in the cache (%s); if the pack "
-                        "is killed, remove what it left yourself", e)
+            _warn_once(e)
 
 
 def drop_journal(key: str) -> None:
