@@ -3,7 +3,6 @@ pixfeed.image.geometry.plans): the vectorised batch draw equals the per-sample o
 torchvision's RandomResizedCrop, and gives a record the same crop in every format and worker count."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from pixfeed.datasets import open_dataset
 from pixfeed.image import geometry
 from pixfeed.loaders import make_loader
 from pixfeed.packers import pack
-from pixfeed.seeds import DRAWS, Draws, batch_draws, seeded_by_index, uniforms
+from pixfeed.seeds import DRAWS, Draws, seeded_by_index, uniforms
 from conftest import write_image
 from reference import rrc_params
 

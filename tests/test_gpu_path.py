@@ -567,3 +567,29 @@ def test_available_needs_a_gpu_decoder_that_decodes(monkeypatch):
         assert got is ok and asked[-1] == "gpu-only"
         assert ("nvJPEG is missing" in why) is not ok and "cuda:0" in why
     gpu._available.clear()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("store", ["enc", "pix"])
+def test_the_stage_makes_no_synchronising_call(packs, store):
+    """After a first batch (which makes the decoder, the pinned ring and the caching allocator's blocks),
+    the stage's batches of JPEGs and of stored pixels make no call that synchronises with the device
+    (torch's sync debug mode raises on one: a blocking copy, .item(), a pageable copy of the labels)."""
+    if store == "enc" and not gpu.available("cuda")[0]:
+        pytest.skip(gpu.available("cuda")[1])
+    ds = open_dataset(packs / store, size=SIZE, crop="random")
+    loader = device_loader(ds, 4, device="cuda", decode_on="device", seed=3, num_workers=0)
+    view, stage = loader.dataset.dataset, loader.pixfeed_device
+    jpegs = [i for i in range(len(ds)) if store == "pix" or gpu.gpu_head(bytes(ds.read_checked([i])[1][0]))]
+    batches = [view.get_batch(jpegs[k:k + 4]) for k in range(0, 12, 4)]  # JPEGs only: no CPU fallback
+    stage.make(batches[0])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        made = [stage.make(b) for b in batches[1:]]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    for (images, labels), event in made:
+        event.synchronize()
+        assert images.shape == (4, 3, *SIZE) and labels.shape == (4,)

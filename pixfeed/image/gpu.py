@@ -400,8 +400,9 @@ class BatchDecoder:
         streams = []
         for j in todo:
             head = heads[j]
-            record = records[j]
-            stream = n.CodeStream(record if isinstance(record, (bytes, np.ndarray)) else np.frombuffer(record, np.uint8))
+            record = records[j]  # bytes, or a view handed over as an array: not copied
+            stream = n.CodeStream(record if isinstance(record, (bytes, np.ndarray)) else
+                                  np.frombuffer(record, np.uint8))
             if self.region and plans is not None and plans.random and head.orientation in (0, 1) and \
                     (boxes[j] != (0, 0, head.width, head.height)).any():
                 x0, y0, x1, y1 = boxes[j].tolist()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
