@@ -10,7 +10,9 @@ shape), the naive loop over ``np.load(mmap_mode="r")`` batch slices (sorted
 indices; no checksums, as the peer kit's ``memmap_batch_slice_nw0``), and the
 dataset's own ``get_batch`` loop with and without checksums.  Loaders:
 ``make_loader`` as a user calls it (with and without checksums), with
-``read_ahead=True``, through 2 worker processes, and the habitual DataLoader
+``read_ahead=True``, through 2 worker processes, with
+``memory_format=torch.contiguous_format`` (NCHW strides: the transposing copy
+that channels_last batches avoid), and the habitual DataLoader
 (2 workers, per-sample reads, default collate).  Rows are measured in rounds,
 each row once per round, and each keeps its best epoch, so a burst of load
 elsewhere on the machine costs every row alike.  The goals (issue 25) are
@@ -73,7 +75,9 @@ def paths(path: Path, batch_size: int) -> Dict[str, Epoch]:
     loaders = {"make_loader": make_loader(checked, batch_size),
                "make_loader, checksums=False": make_loader(unchecked, batch_size),
                "make_loader, read_ahead=True": make_loader(checked, batch_size, read_ahead=True),
-               "make_loader, 2 worker processes": make_loader(checked, batch_size, num_workers=2)}
+               "make_loader, 2 worker processes": make_loader(checked, batch_size, num_workers=2),
+               "make_loader, contiguous_format": make_loader(checked, batch_size,
+                                                             memory_format=torch.contiguous_format)}
     habitual = DataLoader(checked, batch_size, sampler=RandomSampler(checked), num_workers=2, persistent_workers=True)
     return {"naive np.load(mmap_mode='r') slices (no checksums)": naive_loop(path, batch_size),
             "dataset.get_batch loop": get_batch_loop(checked, batch_size),
@@ -131,6 +135,8 @@ def goals(best: Dict[str, float], copy: float) -> None:
             ("make_loader (no checksums) / naive memmap slices",
              unchecked / best["naive np.load(mmap_mode='r') slices (no checksums)"], 0.9)):
         print(f"goal {what:<52} {ratio:5.2f} (>= {goal}: {'met' if ratio >= goal else 'NOT met'})")
+    print(f"{'make_loader contiguous_format / channels_last (default)':<57} "
+          f"{best['make_loader, contiguous_format'] / loader:5.2f}")
 
 
 def _load() -> str:

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate, get_worker_info
 
 from pixfeed.fields.codec import column
+from pixfeed.image import buffers as batchbuffers
 from pixfeed.machine.world import accelerate_splits
 
 CHANNELS_LAST = torch.channels_last
@@ -132,15 +134,27 @@ def in_format(batch: Any, memory_format: torch.memory_format, shared: bool = Fal
 
 
 def _to_format(tensor: torch.Tensor, memory_format: torch.memory_format, shared: bool) -> torch.Tensor:
+    """``tensor`` copied into ``memory_format``: in a worker into shared memory, in this process into a
+    recycled batch array (``image.buffers``: a fresh 9.6 MB one per batch costs its page faults); the copy
+    in NumPy on one thread, where torch's runs on its OpenMP threads, whose barriers wait for CPUs a busy
+    machine gives to others (``benchmarks/loader_paths.py``)."""
     if tensor.is_contiguous(memory_format=memory_format):
         return tensor
-    if not shared:
-        return tensor.contiguous(memory_format=memory_format)
     n, c, h, w = tensor.shape
-    storage = tensor.untyped_storage()._new_shared(tensor.numel() * tensor.element_size())
-    out = tensor.new(storage)
-    out = out.resize_(n, h, w, c).permute(0, 3, 1, 2) if memory_format == CHANNELS_LAST else out.resize_(n, c, h, w)
-    return out.copy_(tensor)
+    last = memory_format == CHANNELS_LAST
+    numpy = tensor.dtype != torch.bfloat16 and not tensor.requires_grad and tensor.device.type == "cpu"
+    if shared:
+        out = tensor.new(tensor.untyped_storage()._new_shared(tensor.numel() * tensor.element_size()))
+        out = out.resize_(n, h, w, c) if last else out.resize_(n, c, h, w)
+    elif numpy:
+        out = torch.from_numpy(batchbuffers.empty((n, h, w, c) if last else (n, c, h, w), tensor.numpy().dtype))
+    else:
+        return tensor.contiguous(memory_format=memory_format)
+    out = out.permute(0, 3, 1, 2) if last else out
+    if not numpy:
+        return out.copy_(tensor)
+    np.copyto(out.numpy(), tensor.numpy())
+    return out
 
 
 def as_samples(batch: Any) -> List[Any]:
