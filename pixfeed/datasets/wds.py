@@ -269,6 +269,25 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         finally:
             _close(files)
 
+    def check_each(self) -> Iterator[tuple]:
+        """(record index or None, where, stored image or None, label or None, problem or None) of every record,
+        shard by shard in record order, its checksums checked (``pixfeed verify``): a damaged sample is one
+        problem and the walk goes on; damage to a shard's tar structure ends that shard (one problem naming it
+        and the last key read) and the walk goes on with the next shard."""
+        paths = self.shard_paths()
+        for s, shard in enumerate(self.shards):
+            try:
+                for _, i, sample in self._select(paths, [(s, 0, shard["count"])], 1, 0):
+                    try:
+                        where, stored, label = self._image(s, i, sample, True)
+                        self._fields(sample, where, i)
+                    except PixfeedError as e:
+                        yield i, None, None, None, str(e)
+                        continue
+                    yield i, where, stored, label, None
+            except PixfeedError as e:
+                yield None, None, None, None, str(e)
+
     def _select(self, paths: list, pieces: List[Piece], stride: int, offset: int, sized=(),
                 block: int = 1) -> Iterator[tuple]:
         """(shard, record index, sample) of every ``stride``-th block of ``block`` samples of the pieces

@@ -210,34 +210,24 @@ def _read_one(ds, i: int, report: Report) -> tuple:
 
 
 def _check_shards(ds, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
-    """A wds pack, shard by shard in record order through the reader's own walk and checks: a damaged
-    sample is one problem and the walk goes on; damage to a shard's tar structure ends that shard (one
-    problem naming it and the last key read) and the walk goes on with the next shard."""
-    paths, seen = ds.shard_paths(), 0
-    for s, shard in enumerate(ds.shards):
-        try:
-            for _, i, sample in ds._select(paths, [(s, 0, shard["count"])], 1, 0):
-                seen += 1
-                try:
-                    where, stored, label = ds._image(s, i, sample, True)
-                    ds._fields(sample, where, i)
-                except PixfeedError as e:
-                    yield str(e)
-                    continue
-                report.records += 1
-                problem = _label_problem(where, label, manifest) or _image_problem(where, stored, manifest, deep)
-                if problem:
-                    yield problem
-                progress(1)
-        except PixfeedError as e:
-            yield str(e)
+    """A wds pack through its reader's ``check_each``: every damaged sample is one problem and the walk goes on
+    (damage to a shard's tar structure ends only that shard)."""
+    seen = 0
+    for i, where, stored, label, problem in ds.check_each():
+        seen += i is not None
+        if problem is None:
+            report.records += 1
+            problem = _label_problem(where, label, manifest) or _image_problem(where, stored, manifest, deep)
+            progress(1)
+        if problem:
+            yield problem
     if seen != manifest["count"]:
         yield f"{ds.path}: {seen} records found in the shards, manifest count is {manifest['count']}"
 
 
 def _check_stream(ds, manifest: dict, deep: bool, report: Report, progress) -> Iterator[str]:
     """Iterable readers (wds) check checksums and decode as they stream; check what comes out."""
-    if hasattr(ds, "shards") and hasattr(ds, "_select"):  # pixfeed's wds reader: every sample, shard by shard
+    if callable(getattr(ds, "check_each", None)):  # pixfeed's wds reader: every sample, shard by shard
         yield from _check_shards(ds, manifest, deep, report, progress)
         return
     shape = manifest.get("shape") and (3, *manifest["shape"][:2])
