@@ -464,3 +464,21 @@ def test_a_pack_goes_on_where_the_cache_cannot_hold_its_record(tmp_path, src, mo
     assert m["count"] == 6 and verify(tmp_path / "ds").ok and leftovers(tmp_path) == []
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "cannot keep the record" in caplog.records[0].message and not (cache / "packs").exists()
+
+
+def test_overwrite_reads_a_bucket_manifest_no_further_than_its_limit(src, bucket, s3_server, monkeypatch):
+    """--overwrite checks the manifest under DST: a huge one is refused after at most one byte past the limit."""
+    from pixfeed.storage import bounded
+
+    so, url = s3_server.options, f"{bucket}/ds"
+    store = Store(url, so)
+    store.write("pixfeed.json", b"{" + b" " * 3000 + b"}")
+    monkeypatch.setattr(bounded, "MANIFEST_BYTES", 1000)
+    monkeypatch.setattr(pixfeed.packers.upload, "MANIFEST_BYTES", 1000, raising=False)
+    fetched = []
+    real = Store.read_range
+    monkeypatch.setattr(Store, "read_range", lambda self, n, a, b: fetched.append(b - a) or real(self, n, a, b))
+    monkeypatch.setattr(Store, "read", lambda self, n: pytest.fail(f"{n} read whole"))
+    with pytest.raises(pixfeed.errors.OverLimitError, match="pixfeed.json"):
+        pixfeed.pack(src, url, "mmap", size=8, storage_options=so, overwrite=True)
+    assert max(fetched) <= 1001 and store.list() == {"pixfeed.json": 3002}

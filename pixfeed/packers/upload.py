@@ -33,6 +33,7 @@ from typing import Dict, Iterable, Optional
 
 from ..errors import DestinationChangedError, NotOursError, OptionError, OverwriteRefusedError, StorageError
 from ..manifest import MANIFEST_NAME
+from ..storage.bounded import MANIFEST_BYTES, read_object
 from ..storage.store import Store
 from . import interrupt
 from .replace import RULE, alive, drop_journal, not_a_dataset, read_journal, write_journal
@@ -63,7 +64,9 @@ class Upload:
                               "--overwrite only replaces pixfeed datasets, so nothing was touched: choose another "
                               "DST or remove them yourself")
         if MANIFEST_NAME in found:
-            why = not_a_dataset(self.store.read(MANIFEST_NAME), found)
+            manifest = read_object(self.store, MANIFEST_NAME, MANIFEST_BYTES, self.store.url_of(MANIFEST_NAME),
+                                   "manifest")  # no more than one byte past the limit fetched
+            why = not_a_dataset(manifest, found)
             if why:
                 raise OverwriteRefusedError(f"destination {self.store.url} is {why}; {RULE}")
         self.id = uuid.uuid4().hex
