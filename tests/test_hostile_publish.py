@@ -482,3 +482,20 @@ def test_overwrite_reads_a_bucket_manifest_no_further_than_its_limit(src, bucket
     with pytest.raises(pixfeed.errors.OverLimitError, match="pixfeed.json"):
         pixfeed.pack(src, url, "mmap", size=8, storage_options=so, overwrite=True)
     assert max(fetched) <= 1001 and store.list() == {"pixfeed.json": 3002}
+
+
+def test_overwrite_reads_a_local_manifest_within_its_limit_and_never_a_fifo(tmp_path, src, monkeypatch):
+    from pixfeed.storage import bounded
+
+    dst = tmp_path / "ds"
+    dst.mkdir()
+    (dst / "pixfeed.json").write_bytes(b"{" + b" " * 3000 + b"}")
+    monkeypatch.setattr(replace, "MANIFEST_BYTES", 1000)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read whole"))
+    with pytest.raises(OverwriteRefusedError, match="not a pixfeed dataset"):
+        pixfeed.pack(src, dst, "mmap", size=8, workers=1, overwrite=True)
+    os.unlink(dst / "pixfeed.json")
+    os.mkfifo(dst / "pixfeed.json")  # would block a read for ever
+    with pytest.raises(OverwriteRefusedError):
+        pixfeed.pack(src, dst, "mmap", size=8, workers=1, overwrite=True)
+    assert sorted(p.name for p in dst.iterdir()) == ["pixfeed.json"] and bounded.MANIFEST_BYTES > 1000

@@ -24,10 +24,11 @@ from typing import Dict, Iterable, Optional
 
 import xxhash
 
-from ..errors import DatasetError, DestinationChangedError, OverwriteRefusedError, UnsafeCacheError
+from ..errors import DatasetError, DestinationChangedError, OverwriteRefusedError, PixfeedError, UnsafeCacheError
 from ..manifest import MANIFEST_NAME, parse_manifest, write_json_atomic
 from ..storage.cache import default_dir
-from ..storage.paths import make_private_dir
+from ..storage.bounded import MANIFEST_BYTES, read_open
+from ..storage.paths import make_private_dir, open_inside
 from . import interrupt
 
 log = logging.getLogger(__name__)
@@ -74,14 +75,22 @@ def local_files(folder: Path) -> Dict[str, bool]:
     return out
 
 
+def _manifest_text(dst: Path) -> Optional[bytes]:
+    """The bytes of ``dst``'s own manifest, read within MANIFEST_BYTES from the file opened (no link
+    followed, no FIFO opened); None where there is none such (a link, a special file, one too large)."""
+    try:
+        return read_open(open_inside(dst, MANIFEST_NAME), MANIFEST_BYTES, dst / MANIFEST_NAME, "manifest")
+    except (OSError, PixfeedError):
+        return None
+
+
 def check_local(dst: Path, sources: Iterable[Path]) -> None:
     """Raise OverwriteRefusedError unless the existing folder ``dst`` may be replaced: empty, or a whole
     pixfeed dataset (``not_a_dataset``) that holds none of ``sources`` (SRC, an index file)."""
     entries = local_files(dst)
     if not entries:
         return
-    manifest = dst / MANIFEST_NAME
-    text = manifest.read_bytes() if manifest.is_file() and not manifest.is_symlink() else None
+    text = _manifest_text(dst)
     folders = {rel for rel, is_dir in entries.items() if is_dir}
     why = not_a_dataset(text, [rel for rel in entries if rel not in folders])
     if why is None:
