@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Dict, Iterable, Optional
 
@@ -294,6 +295,8 @@ _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "arm64": 276, "ppc64le": 357, "
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:
     """``renameat2(src, dst, flags)``: True when done; False where the kernel, the C library or the file
     system does not have it (then the caller falls back); other errors as OSError."""
+    if not sys.platform.startswith("linux"):  # macOS has renamex_np instead; the fallback serves there
+        return False
     libc = ctypes.CDLL(None, use_errno=True)
     args = (_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), ctypes.c_uint(flags))
     fn = getattr(libc, "renameat2", None)
