@@ -144,11 +144,15 @@ def _report_pack(m: dict, dst, secs: float) -> None:
 
 def cmd_info(args) -> int:
     from .manifest import read_manifest
+    from .mixing import file as mixture_file
 
-    m = read_manifest(args.path, options_from_args(args.storage_option))
+    mixture = mixture_file.is_mixture_file(args.path)
+    m = mixture_file.read(args.path) if mixture else read_manifest(args.path, options_from_args(args.storage_option))
     if args.json:
         print(printable_json(json.dumps(m, indent=1, ensure_ascii=False)))
         return 0
+    if mixture:
+        return _rows(mixture_file.describe(args.path))
     total = sum(f["bytes"] for f in m["files"].values())
     classes = m["classes"]
     rows = [("format", f"{m['format']} (layout version {m['layout_version']})"),
@@ -164,6 +168,10 @@ def cmd_info(args) -> int:
             ("created", f"{m.get('created', 'unknown')} by pixfeed {m.get('pixfeed_version', 'unknown')}")]
     if m.get("shards"):
         rows.insert(5, ("shards", len(m["shards"])))
+    return _rows(rows)
+
+
+def _rows(rows: list) -> int:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:  # a value's lines are its own (a list), escaped one by one: input's newlines too
         print(f"{k:<{width}}  " + "\n".join(printable(line) for line in (v if isinstance(v, list) else [v])))

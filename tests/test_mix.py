@@ -122,6 +122,14 @@ def test_every_sample_of_every_source_once_an_epoch_on_any_number_of_ranks(monke
         assert [sorted(b) for b in _in_batches(got)] == [sorted(b) for b in _in_batches(order[rank::world])]
 
 
+def test_every_sample_once_on_two_ranks_of_two_workers(monkeypatch):
+    mixture = pixfeed.mix(arrays(9, 7), with_source=True)  # 16 samples: 8 a rank, 2 batches a worker
+    ranks = [Rank(monkeypatch, mixture, rank, 2, num_workers=2) for rank in range(2)]
+    per_rank = [r.run(identities, r.loader) for r in ranks]
+    assert [len(p) for p in per_rank] == [8, 8]
+    assert sorted(per_rank[0] + per_rank[1]) == sorted((s, r) for s, n in enumerate((9, 7)) for r in range(n))
+
+
 def _in_batches(samples: list) -> list:
     return [samples[i:i + BATCH] for i in range(0, len(samples), BATCH)]
 
@@ -277,3 +285,29 @@ def test_a_path_is_opened_and_fields_must_agree(packs):
     assert len(mixture) == 12 and mixture.fixed_shape == (3, 24, 24)
     with pytest.raises(MixtureError, match=r"returns fields \('image',\), source 0 .* returns \('image', 'label'\)"):
         pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "lmdb", size=24, fields=("image",))])
+
+
+def test_a_mixture_file_opens_as_its_mixture_and_info_describes_it(packs, tmp_path, capsys):
+    from pixfeed.cli import main
+
+    spec = {"pixfeed_mixture": 1, "weights": [1, 3], "epoch_size": 8, "with_source": True,
+            "sources": [{"path": str(packs / "mmap"), "size": 16}, {"path": "lmdb", "size": 16, "crop": "random"}]}
+    (packs / "mix.json").write_text(json.dumps(spec))
+    mixture = open_dataset(packs / "mix.json")  # "lmdb": relative to the file's folder
+    assert mixture.quotas == [2, 6] and mixture.with_source and mixture.sources[1].crop == "random"
+    images, labels, sources = next(iter(make_loader(mixture, 8, num_workers=0)))
+    assert images.shape == (8, 3, 16, 16) and sorted(sources.tolist()) == [0, 0] + [1] * 6
+    assert main(["info", str(packs / "mix.json")]) == 0
+    out = capsys.readouterr().out
+    assert "1: lmdb (lmdb, 6 records; size=16, crop='random'): 6 an epoch (75.0%)" in out
+    assert "weights 1, 3, epoch_size 8" in out and "classes     4: cat, dog, eel, fox" in out
+    bad = tmp_path / "bad.json"
+    for text, message in [('{"pixfeed_mixture": 1, "sources": [{"path": "x"}], "weight": [1]}', "unknown key 'weight'"),
+                          ('{"pixfeed_mixture": 1, "sources": [{"size": 8}]}', "source 0 has no \"path\""),
+                          ('{"sources": []}', "not a mixture file"), ("{", "not valid JSON")]:
+        bad.write_text(text)
+        with pytest.raises(MixtureError, match=message):
+            open_dataset(bad)
+        assert main(["info", str(bad)]) == 2 and message in capsys.readouterr().err
+    with pytest.raises(MixtureError, match="names each source's options itself; give size"):
+        open_dataset(packs / "mix.json", size=8)

@@ -21,12 +21,17 @@ def name_of(dataset: Any, i: int) -> str:
 
 
 def opened(source: Any) -> Any:
-    """A dataset given as a path (str or PathLike) opened with ``open_dataset`` and its defaults."""
-    if isinstance(source, (str, bytes, os.PathLike)):
-        from ..datasets.open import open_dataset
+    """A dataset given as a path (str or PathLike) opened as ``open_dataset`` opens it, with its defaults."""
+    return open_path(os.fsdecode(source)) if isinstance(source, (str, bytes, os.PathLike)) else source
 
-        return open_dataset(os.fsdecode(source))
-    return source
+
+def open_path(path: str, **options: Any) -> Any:
+    """``open_dataset(path, **options)`` (not imported: ``open_dataset`` opens mixture files with this package)."""
+    from ..manifest import read_manifest
+    from ..registry import reader_class
+
+    manifest = read_manifest(path, options.get("storage_options"), options.get("allow_links", False))
+    return reader_class(manifest["format"])(path, manifest=manifest, **options)
 
 
 def image_shape(dataset: Any) -> Optional[Tuple[int, ...]]:
