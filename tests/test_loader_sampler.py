@@ -110,14 +110,15 @@ def test_what_a_callers_sampler_cannot_be_combined_with_is_refused_by_name(packs
     assert len(pixfeed.make_loader(ds, 4, sampler=mine, distributed=False, num_workers=0)) == 4  # another splits
 
 
-def test_a_callers_sampler_resumes_at_the_step_it_saved(packs):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_callers_sampler_resumes_at_the_step_it_saved(workers):
     ds = Indexed()
-    loader = pixfeed.make_loader(ds, 3, sampler=Reversed(10), num_workers=0)
+    loader = pixfeed.make_loader(ds, 3, sampler=Reversed(10), num_workers=workers)
     batches = iter(loader)
     next(batches)
     state = json.loads(json.dumps(loader.state_dict()))
     rest = [y.tolist() for _, y in batches]
-    again = pixfeed.make_loader(ds, 3, sampler=Reversed(10), num_workers=0)
+    again = pixfeed.make_loader(ds, 3, sampler=Reversed(10), num_workers=workers)
     again.load_state_dict(state)
     assert len(again) == len(rest) == 3 and [y.tolist() for _, y in again] == rest
     assert [y.tolist() for _, y in again][0] == [9, 8, 7]  # the next epoch reads whole
