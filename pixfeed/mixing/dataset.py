@@ -170,7 +170,8 @@ class Mixture(Dataset):
         bounds = [0, *cuts.tolist(), len(source)]
         image = _image_column(self.fields)
         shape = self.fixed_shape
-        direct = image is not None and self.transform is None and all("out" in t for t in self._takes)
+        direct = shape is not None and image is not None and self.transform is None and \
+            all("out" in t for t in self._takes)
         out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if direct else None
         parts = []
         for lo, hi in zip(bounds, bounds[1:]):
