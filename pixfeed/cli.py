@@ -204,16 +204,21 @@ def _field_spec(item: dict) -> str:
 
 
 def _origin(source) -> str:
+    """The manifest's ``source`` in words; an entry missing or of another type is shown as it is (info
+    describes what a manifest says, whatever it says)."""
     if not source:
         return "an image folder"
+    get = lambda key: source.get(key, "?")  # noqa: E731
     if source.get("kind") == "index":
-        return f"index {source['index']} (image column {source['image_column']!r})"
+        return f"index {get('index')} (image column {get('image_column')!r})"
     if source.get("kind") == "pixfeed":
-        return f"the pixfeed dataset {source['path']} ({source['format']}/{source['store']})"
+        return f"the pixfeed dataset {get('path')} ({get('format')}/{get('store')})"
     if source.get("kind") == "shards":
-        return f"WebDataset shards {source['source']} ({plural(source['shards'], 'shard')})"
+        shards = get("shards")
+        count = plural(shards, "shard") if isinstance(shards, int) and not isinstance(shards, bool) else f"{shards!r} shards"
+        return f"WebDataset shards {get('source')} ({count})"
     if source.get("kind") == "python":
-        how = f"{source['function']} over {source['inputs']} inputs" if "function" in source else "an iterable"
+        how = f"{get('function')} over {get('inputs')} inputs" if "function" in source else "an iterable"
         return f"Python samples (pixfeed.pack_samples: {how})"
     return "an image folder"
 

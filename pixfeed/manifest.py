@@ -106,7 +106,7 @@ def parse_manifest(text: str | bytes, where: object = MANIFEST_NAME) -> dict:
 
     try:  # what the parse may build bounded by an estimate from the text, before it runs
         manifest = loads(text, where, MANIFEST_OBJECTS)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not JSON, not UTF-8, or a number of more than 4,300 digits (Python's limit)
         raise DatasetError(f"{where}: manifest is not valid JSON ({e})") from None
     validate(manifest, where)
     return manifest
@@ -143,7 +143,8 @@ def validate(m: Any, where: object) -> None:
     files = m.get("files")
     _require(isinstance(files, dict), where, "files must be an object")
     for name, meta in files.items():
-        _require(isinstance(name, str) and name and not os.path.isabs(name) and ".." not in Path(name).parts,
+        _require(isinstance(name, str) and name and "\0" not in name and not os.path.isabs(name)
+                 and ".." not in Path(name).parts,
                  where, f"file name {name!r} must be a relative path inside the dataset")
         size = meta.get("bytes") if isinstance(meta, dict) else None
         _require(isinstance(size, int) and not isinstance(size, bool) and size >= 0
@@ -182,7 +183,7 @@ def _check_bounded(m: dict, where: object) -> None:
     """The other entries have the types readers rely on, and the numbers are bounded by the data listed
     (docs/untrusted-data.md, "Bounded work"): a count above the bytes of the files (every record takes
     some), or a pixels record over IMAGE_BYTES, is refused before anything is allocated or looped over."""
-    from .storage.bounded import IMAGE_BYTES
+    from .storage.bounded import IMAGE_BYTES, INT64
 
     for key in ("classes", "shape"):  # every reader looks them up (null when there are none)
         _require(key in m, where, f"no {key!r} entry (null when there are none)")
@@ -198,6 +199,10 @@ def _check_bounded(m: dict, where: object) -> None:
                                                   f"{IMAGE_BYTES >> 20} MiB for one record")
     for key in ("per_box", "notes"):
         _require(all(isinstance(v, str) for v in m.get(key) or []), where, f"{key} must be a list of strings")
+    for n, skip in enumerate(m.get("skipped") or []):
+        _require(isinstance(skip, dict) and all(isinstance(skip.get(k), str) for k in ("path", "reason")), where,
+                 f"skipped[{n}] must have a string 'path' and 'reason'")
+    _require(m["shape"] is None or m["store"] == "pixels", where, f"shape {m['shape']!r} must be null in encoded mode")
     entry = m.get("key_index")
     _require(entry is None or all(isinstance(entry.get(k), str) for k in ("offsets", "blob")), where,
              "key_index must name its 'offsets' and 'blob' files")
@@ -212,3 +217,8 @@ def _check_bounded(m: dict, where: object) -> None:
         _require(isinstance(size, int) and not isinstance(size, bool) and size > 0 and isinstance(sums, dict)
                  and all(isinstance(v, list) and all(isinstance(h, str) for h in v) for v in sums.values()),
                  where, "chunks must have a positive integer 'bytes' and 'xxh3_64' lists of strings")
+    numbers = [("count", m["count"]), ("the files' bytes", total), ("chunks.bytes", (chunks or {}).get("bytes", 0))]
+    numbers += [(f"shards[{n}].{k}", shard[k]) for n, shard in enumerate(m.get("shards") or []) for k in ("count", "bytes")]
+    for what, n in numbers:  # readers size arrays and offsets as int64
+        _require(n <= INT64[1], where, f"{what} {n if n < 1 << 128 else f'of {n.bit_length()} bits'} does not fit "
+                                       "the 64-bit integer readers size arrays by")

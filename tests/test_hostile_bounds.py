@@ -422,3 +422,168 @@ def test_bench_holds_a_bounded_sample_of_the_source(tmp_path, monkeypatch):
     with pytest.raises(PixfeedError, match="no source image is under"):
         runner.Bench(runner.BenchConfig(src=tmp_path / "src"), tmp_path / "work")
     assert read == []
+
+
+# ---- item 15: named errors, not raw tracebacks ----
+
+MANIFEST_EDITS = {
+    "files-name-nul": lambda m: m["files"].update({"a\0b": {"bytes": 1, "xxh3_64": "0"}}),
+    "skipped-ints": lambda m: m.update(skipped=[1, 2]),
+    "skipped-no-path": lambda m: m.update(skipped=[{"reason": "x"}]),
+    "skipped-text": lambda m: m.update(skipped=["a"]),
+    "source-index-without-index": lambda m: m.update(source={"kind": "index"}),
+    "source-shards-float": lambda m: m.update(source={"kind": "shards", "source": 1, "shards": 1e308}),
+    "count-past-int64": lambda m: (m["files"]["images.npy"].update(bytes=10 ** 30), m.update(count=10 ** 20)),
+    "shape-in-encoded": lambda m: m.update(store="encoded", shape=[1]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(MANIFEST_EDITS) + ["count-of-5000-digits"])
+def test_odd_manifest_entries_give_a_named_error_or_are_shown(packed, tmp_path, capsys, edit):
+    ds = copy(packed("mmap", "pixels"), tmp_path)
+    m = json.loads((ds / "pixfeed.json").read_text())
+    if edit == "count-of-5000-digits":  # past Python's limit on parsing integers (4,300 digits)
+        text = json.dumps(m).replace(f'"count": {m["count"]}', '"count": ' + "9" * 5000)
+    else:
+        MANIFEST_EDITS[edit](m)
+        text = json.dumps(m)
+    (ds / "pixfeed.json").write_text(text)
+    for args in (["info", ds], ["verify", ds, "-q"], ["pack", ds, tmp_path / "re", "-q"]):
+        code, out, err = in_process(capsys, *args)
+        assert code in (0, 1, 2), (args, code, err)
+        assert code != 2 or (err.count("\n") == 1 and "pixfeed.json" in err), (args, err)
+        shutil.rmtree(tmp_path / "re", ignore_errors=True)
+
+
+@pytest.mark.parametrize("name,text,words", [
+    ("index.csv", "path,label\na\0.jpg,0\n", ["line 2", "'path'", "NUL"]),
+    ("index.jsonl", json.dumps({"path": "a\0.jpg", "label": 0}) + "\n", ["line 1", "NUL"]),
+    ("index.csv", "path,label\na.jpg," + "9" * 5000 + "\n", ["line 2", "label", "64-bit"]),
+    ("index.csv", "path,label\na.jpg,-" + "9" * 5000 + "\n", ["line 2", "label", "64-bit"]),
+], ids=["csv-nul", "jsonl-nul", "csv-5000-digits", "csv-minus-5000-digits"])
+def test_index_cells_give_named_errors(tmp_path, capsys, name, text, words):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jpg").write_bytes(jpeg())
+    (tmp_path / name).write_text(text)
+    code, out, err = in_process(capsys, "pack", src, tmp_path / "dst", "--index", tmp_path / name, "-q")
+    assert code == 2 and err.count("\n") == 1 and name in err and all(w in err for w in words), err
+
+
+def test_a_nul_in_the_index_or_class_names_path_is_named(tmp_path, capsys):
+    from pixfeed import pack
+    from pixfeed.errors import PixfeedError
+    (tmp_path / "src").mkdir()
+    for options in ({"index": "a\0.csv"}, {"index": tmp_path / "i.csv", "class_names": "b\0.txt"}):
+        (tmp_path / "i.csv").write_text("path,label\na.jpg,0\n")
+        with pytest.raises(PixfeedError, match="NUL"):
+            pack(tmp_path / "src", tmp_path / "dst", "mmap", size=8, **options)
+
+
+def npy_edit(name: str, make):
+    """An edit replacing ``name`` with ``make(old array)``, recorded in the manifest."""
+    def edit(ds: Path) -> None:
+        old = np.load(ds / name)
+        np.save(ds / name, make(old), allow_pickle=False)
+        refile(ds, name)
+    return edit
+
+
+MMAP_EDITS = {  # (store, edit)
+    "labels-long": ("pixels", npy_edit("labels.npy", lambda a: np.append(a, 0))),
+    "labels-2d": ("pixels", npy_edit("labels.npy", lambda a: np.stack([a, a], 1))),
+    "labels-float": ("pixels", npy_edit("labels.npy", lambda a: a.astype(np.float64))),
+    "labels-int8": ("pixels", npy_edit("labels.npy", lambda a: a.astype(np.int8))),
+    "checksums-short": ("pixels", npy_edit("checksums.npy", lambda a: a[:-1])),
+    "checksums-uint32": ("pixels", npy_edit("checksums.npy", lambda a: a.astype(np.uint32))),
+    "images-9x9": ("pixels", npy_edit("images.npy", lambda a: np.zeros((len(a), 9, 9, 3), np.uint8))),
+    "images-float": ("pixels", npy_edit("images.npy", lambda a: a.astype(np.float32))),
+    "images-rank-2": ("pixels", npy_edit("images.npy", lambda a: a.reshape(len(a), -1))),
+    "offsets-short": ("encoded", npy_edit("offsets.npy", lambda a: a[:-1])),
+    "offsets-float": ("encoded", npy_edit("offsets.npy", lambda a: a.astype(np.float64))),
+    "offsets-backwards": ("encoded", npy_edit("offsets.npy", lambda a: a[::-1].copy())),
+    "offsets-past-2-gib": ("encoded", npy_edit("offsets.npy", lambda a: a * (1 << 40))),
+    "labels-not-npy": ("pixels", lambda ds: ((ds / "labels.npy").write_bytes(b"\x93NUMPY garbage"),
+                                             refile(ds, "labels.npy"))),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MMAP_EDITS))
+def test_mmap_arrays_that_disagree_with_the_manifest_are_named(packed, tmp_path, capsys, kind):
+    store, edit = MMAP_EDITS[kind]
+    ds = copy(packed("mmap", store), tmp_path)
+    edit(ds)
+    from pixfeed import open_dataset
+    with deadline(30), pytest.raises(CorruptDataError):
+        d = open_dataset(ds)
+        [d[i] for i in range(len(d))]
+    code, out, err = in_process(capsys, "verify", ds, "-q")
+    assert code == 1 and "Traceback" not in out, (out, err)
+    code, out, err = in_process(capsys, "pack", ds, tmp_path / "re", "--format", "lmdb", "-q")
+    assert code == 2 and err.count("\n") == 1, err
+
+
+def remove_deep(top: Path) -> None:
+    """Remove a folder tree of any depth without recursion, through descriptors (pytest's own clean-up uses
+    shutil.rmtree, which recurses a level a folder on Python 3.11: a 1,200-deep tree left behind breaks
+    every later session's clean-up)."""
+    stack = [(os.open(top, os.O_RDONLY | os.O_DIRECTORY), None, None)]
+    while stack:
+        fd, parent, name = stack[-1]
+        sub = next((e.name for e in os.scandir(fd) if e.is_dir(follow_symlinks=False)), None)
+        if sub is not None:
+            stack.append((os.open(sub, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd, sub))
+            continue
+        for entry in os.scandir(fd):
+            os.unlink(entry.name, dir_fd=fd)
+        stack.pop()
+        os.close(fd)
+        if parent is not None:
+            os.rmdir(name, dir_fd=parent)
+    os.rmdir(top)
+
+
+def test_a_source_nested_1200_deep_is_walked(tmp_path, capsys):
+    src = tmp_path / "src"
+    (src / "c").mkdir(parents=True)
+    (src / "c" / "a.jpg").write_bytes(jpeg())
+    try:
+        fd = os.open(src / "c", os.O_RDONLY)
+        try:
+            for _ in range(1200):  # relative to a descriptor: the path is past PATH_MAX long before the end
+                os.mkdir("d", dir_fd=fd)
+                deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
+                os.close(fd)
+                fd = deeper
+        finally:
+            os.close(fd)
+        code, out, err = in_process(capsys, "pack", src, tmp_path / "dst", "--format", "mmap", "--size", "8", "-q")
+        assert code == 0, err
+        assert json.loads((tmp_path / "dst" / "pixfeed.json").read_text())["count"] == 1
+    finally:
+        remove_deep(src)
+
+
+def test_a_damaged_hdf5_chunk_is_named_in_every_path(tmp_path, capsys):
+    """A gzip chunk that does not inflate: h5py's plain OSError becomes a CorruptDataError naming the record."""
+    import h5py
+    from pixfeed import open_dataset, pack
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"{i}.jpg").write_bytes(jpeg(i))
+    ds = tmp_path / "ds"
+    pack(src, ds, "hdf5", size=8, store="pixels", compression="gzip")
+    with h5py.File(ds / "data.h5", "r") as f:
+        chunk = f["images"].id.get_chunk_info(2)
+    data = bytearray((ds / "data.h5").read_bytes())
+    data[chunk.byte_offset:chunk.byte_offset + chunk.size] = b"\xff" * chunk.size
+    (ds / "data.h5").write_bytes(bytes(data))
+    refile(ds, "data.h5")
+    d = open_dataset(ds)
+    with deadline(30), pytest.raises(CorruptDataError, match="record 2 .*HDF5 cannot read it"):
+        d[2]
+    code, out, err = in_process(capsys, "verify", ds, "-q")
+    assert code == 1 and "record 2" in out and "HDF5 cannot read it" in out, out
+    code, out, err = in_process(capsys, "pack", ds, tmp_path / "re", "--format", "mmap", "-q")
+    assert code == 2 and "HDF5 cannot read it" in err and err.count("\n") == 1, err

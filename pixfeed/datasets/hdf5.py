@@ -1,16 +1,33 @@
 """Reader of the HDF5 format (layout: pixfeed.layouts.hdf5)."""
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
 
 from ..image import buffers as batchbuffers
-from ..errors import CorruptDataError, OutsideDatasetError
+from ..errors import CorruptDataError, OutsideDatasetError, PixfeedError
 from ..layouts import hdf5 as layout
 from ..storage.paths import LINKS_OPTION
 from ..storage.pagecache import Extents
 from .base import MapImageDataset
+
+
+def _damage_named(read):
+    """``read`` (a reader's method of ``indices``) with h5py's plain OSError on damaged bytes (a chunk that
+    does not decompress, a broken index) a CorruptDataError naming the file and the first record."""
+    @functools.wraps(read)
+    def named(self, indices, *args, **kwargs):
+        try:
+            return read(self, indices, *args, **kwargs)
+        except OSError as e:
+            if isinstance(e, PixfeedError):
+                raise
+            first = int(np.min(indices)) if len(indices) else 0
+            raise CorruptDataError(f"{self.where(first)}{' and the rest of its batch' if len(indices) > 1 else ''}, "
+                                   f"{layout.DATA}: HDF5 cannot read it ({e}); the file is damaged") from None
+    return named
 
 
 class H5ImageDataset(MapImageDataset):
@@ -62,6 +79,7 @@ class H5ImageDataset(MapImageDataset):
             and data.id.get_create_plist().get_nfilters() == 0
         return out
 
+    @_damage_named
     def read_stored(self, indices: np.ndarray):
         """Pixels mode: one N x H x W x 3 array; encoded mode: a list of uint8 arrays."""
         h = self.handle
@@ -73,10 +91,12 @@ class H5ImageDataset(MapImageDataset):
         rows, order = np.unique(indices, return_inverse=True)
         return self._rows(indices), h["labels"][rows][order], h["checksums"][rows][order]
 
+    @_damage_named
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
         rows, order = np.unique(indices, return_inverse=True)
         return self.handle["labels"][rows][order]
 
+    @_damage_named
     def read_fields(self, indices: np.ndarray, names) -> list:
         rows, order = np.unique(indices, return_inverse=True)
         out = [{} for _ in indices]

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..image import buffers as batchbuffers
 from ..checksum import record_hash
+from ..storage.bounded import IMAGE_BYTES
 from ..storage.chunkfile import npy_layout, read_at, readinto_at
 from ..errors import CorruptDataError
 from ..layouts import mmap as layout
@@ -44,25 +45,41 @@ class MmapImageDataset(MapImageDataset):
     checks_data_file = True  # records by their checksums, the .npy header's shape against the manifest
 
     def _open(self) -> dict:
-        load = lambda name: np.load(self.path / name, mmap_mode="r", allow_pickle=False)  # noqa: E731
-        arrays = {"labels": load(layout.LABELS), "checksums": load(layout.CHECKSUMS)}
-        for key, array in arrays.items():  # a count the arrays do not hold: named here, not an IndexError later
-            if len(array) != self.manifest["count"]:
-                raise CorruptDataError(f"{self.path}: {key} holds {len(array):,} records, but the manifest's count is "
-                                       f"{self.manifest['count']:,}; the dataset is damaged (pixfeed verify names more)")
+        n = self.manifest["count"]
+        arrays = {"labels": self._load(layout.LABELS, (n,)), "checksums": self._load(layout.CHECKSUMS, (n,))}
         name = layout.IMAGES if self.store == "pixels" else layout.DATA
         if self.store == "encoded":
-            arrays["offsets"] = load(layout.OFFSETS)
+            arrays["offsets"] = self._load(layout.OFFSETS, (n + 1,))
         if self.chunks is not None:
             arrays["file"] = self.data_file(name)
             arrays["base"] = self._checked_header(arrays["file"]) if self.store == "pixels" else 0
         elif fits_in_page_cache(sum(meta["bytes"] for meta in self.manifest["files"].values())):
-            mapped = load(name) if self.store == "pixels" else np.memmap(self.path / name, np.uint8, "r")
+            mapped = self._load(name, (n, *self.stored_shape), "u1") if self.store == "pixels" else \
+                np.memmap(self.path / name, np.uint8, "r")
             arrays["map"] = mapped.view(np.ndarray)  # slices of a memmap cost 11 us each in its __array_finalize__
         else:
             arrays["file"] = open(self.path / name, "rb", buffering=0)
-            arrays["base"] = load(name).offset if self.store == "pixels" else 0
+            arrays["base"] = self._load(name, (n, *self.stored_shape), "u1").offset if self.store == "pixels" else 0
         return arrays
+
+    def _load(self, name: str, shape: tuple = None, dtype: str = "i8"):
+        """``name`` memory-mapped, checked to hold ``shape`` (when given) of ``dtype`` ("i8": any 64-bit integer,
+        "u1": uint8) before any is read: a .npy of another length, rank or type (or no .npy at all) is a
+        CorruptDataError naming it, not an IndexError or a silent cast later."""
+        path = self.path / name
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, EOFError) as e:  # not a .npy, a pickle, a header that does not parse, too short
+            raise CorruptDataError(f"{path}: not a NumPy array file pixfeed can read ({e}); the dataset is "
+                                   "damaged") from None
+        fits = array.dtype == np.uint8 if dtype == "u1" else array.dtype.kind in "iu" and array.dtype.itemsize == 8
+        if shape is not None and (array.shape != shape or not fits):
+            rows = array.shape[0] if array.ndim else 0
+            raise CorruptDataError(f"{path}: holds {rows:,} records ({array.dtype}, shape {array.shape}), but the "
+                                   f"manifest's count is {self.manifest['count']:,} (so {shape} of "
+                                   f"{'uint8' if dtype == 'u1' else '64-bit integers'}); the dataset is damaged "
+                                   "(pixfeed verify names more)")
+        return array
 
     def _checked_header(self, file) -> int:
         """The records' offset in ``images.npy`` read through chunks, its shape checked against the manifest
@@ -167,6 +184,9 @@ class MmapImageDataset(MapImageDataset):
 
     def _record(self, h: dict, i: int):
         start, end = int(h["offsets"][i]), int(h["offsets"][i + 1])
+        if not 0 <= start <= end <= start + IMAGE_BYTES:  # read_at would allocate end - start, or fail
+            raise CorruptDataError(f"{self.where(i)}: {layout.OFFSETS} gives it bytes {start:,} to {end:,} of "
+                                   f"{layout.DATA}; the dataset is damaged (run 'pixfeed verify {self.path}')")
         if "map" in h:
             return h["map"][start:end]
         data = read_at(h["file"], end - start, start)

@@ -104,7 +104,7 @@ def _walk(root: Path, exts: tuple) -> Tuple[List[str], np.ndarray]:
         raise SourceError(f"{err.filename}: cannot list folder ({err.strerror})")
 
     ancestors = {}  # folder -> (device, inode) of it and the folders above it: a link back up is a loop
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=True):
+    for dirpath, dirnames, filenames in _tree(str(root), onerror):
         st, above = os.stat(dirpath), ancestors.get(os.path.dirname(dirpath), frozenset())
         if (st.st_dev, st.st_ino) in above:
             dirnames[:] = []
@@ -120,6 +120,30 @@ def _walk(root: Path, exts: tuple) -> Tuple[List[str], np.ndarray]:
     _check_utf8(root, [p for p, _ in found])
     found.sort()
     return [p for p, _ in found], np.fromiter((n for _, n in found), np.int64, len(found))
+
+
+def _tree(root: str, onerror) -> Iterator[Tuple[str, List[str], List[str]]]:
+    """``os.walk(root, onerror=onerror, followlinks=True)``, top-down (the caller may prune ``dirnames``),
+    with a stack instead of recursion: Python 3.11's os.walk recurses a level a folder, and a source nested
+    1,200 deep raised RecursionError."""
+    stack = [root]
+    while stack:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError as e:
+            onerror(e)
+            continue
+        dirs, files = [], []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # links followed, as followlinks=True
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else files).append(entry.name)
+        yield top, dirs, files
+        stack.extend(os.path.join(top, d) for d in reversed(dirs))
 
 
 def _check_utf8(root: Path, paths: List[str]) -> None:

@@ -103,6 +103,7 @@ def scan_index(index, src, image_column: Optional[str] = None, fields: Sequence[
                            parse(f, c, src.field_where(i, f.name), is_text) for i, c in enumerate(columns[f.name])]
                   for f in schema}
     _check_src(name, rows, src, src_given=given_src, local=store is None)
+    _check_nul(name, rows, image, src)
     src.allow_outside = allow_outside_src
     src.refused = {} if allow_outside_src else _outside(name, rows, image, src, on_error)
     src.keys = _keys(name, rows, src.paths, root if given_src and store is None else None, src.blobs is not None)
@@ -112,6 +113,18 @@ def scan_index(index, src, image_column: Optional[str] = None, fields: Sequence[
                           for i, p in enumerate(src.paths)], np.int64)
     src.origin = {"kind": "index", "index": name, "image_column": image, "class_column": class_column}
     return src
+
+
+def _check_nul(name: str, rows: List[str], image: str, src: IndexSource) -> None:
+    """A path (image, mask, second image) holding a NUL character names no file: a SourceError naming the
+    row and column, before any is opened (Python's ``open`` raises a bare ValueError on it)."""
+    pictures = [f.name for f in src.schema if f.type in ("image", "mask")]
+    columns = ([] if src.blobs is not None else [(image, src.paths)]) + [(f, src.values[f]) for f in pictures]
+    for column, paths in columns:
+        at = next((i for i, p in enumerate(paths) if isinstance(p, str) and "\0" in p), None)
+        if at is not None:
+            raise SourceError(f"{name}: {rows[at]}, column {column!r}: {paths[at]!r} holds a NUL character, which "
+                              "no file name can")
 
 
 def _outside(name: str, rows: List[str], image: str, src: IndexSource, on_error: str) -> Dict[int, str]:

@@ -75,7 +75,10 @@ def label_int(value) -> Optional[int]:
     if isinstance(value, str):
         text = value.strip()
         digits = text[1:] if text[:1] in "+-" else text
-        return int(text) if digits.isdigit() and digits.isascii() else None
+        if not (digits.isdigit() and digits.isascii()):
+            return None
+        # past int64 either way: the caller names it (Python refuses to parse over 4,300 digits)
+        return int(text) if len(digits) <= 20 else (-1 if text[0] == "-" else 1) << 64
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
     return None

@@ -9,6 +9,7 @@ file's size).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -96,7 +97,10 @@ def read_object(store, name: str, limit: int, where: object, what: str = "file")
 
 def open_regular(path, where: Optional[object] = None) -> int:
     """A read-only descriptor of the regular file ``path`` (links followed), opened without blocking: a
-    FIFO, device or socket raises SpecialFileError (the descriptor closed).  OSError as ``open``."""
+    FIFO, device or socket raises SpecialFileError (the descriptor closed).  OSError as ``open``; a name
+    holding a NUL character FileNotFoundError too (``open``'s is a bare ValueError)."""
+    if "\0" in (os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""):
+        raise FileNotFoundError(errno.ENOENT, "its name holds a NUL character, which no file name can", str(where or path))
     return refuse_special(os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), where or path)
 
 
