@@ -311,3 +311,20 @@ def test_a_mixture_file_opens_as_its_mixture_and_info_describes_it(packs, tmp_pa
         assert main(["info", str(bad)]) == 2 and message in capsys.readouterr().err
     with pytest.raises(MixtureError, match="names each source's options itself; give size"):
         open_dataset(packs / "mix.json", size=8)
+
+
+def test_a_local_and_a_bucket_source_mix(packs, tmp_path, bucket, s3_server):
+    """A source in a bucket larger than its cache (read through chunks) beside a local one: each sample once."""
+    so = s3_server.options
+    pack(make_tree(tmp_path / "src", classes=("eel", "fox"), per_class=5), f"{bucket}/ds", "mmap", store="pixels",
+         size=24, workers=1, storage_options=so)
+    remote = open_dataset(f"{bucket}/ds", storage_options=so, cache_dir=tmp_path / "cache", cache_limit=8192,
+                          chunk_bytes=4096)
+    assert remote.chunks is not None  # read through the chunk cache
+    mixture = pixfeed.mix([open_dataset(packs / "mmap"), remote], with_source=True)
+    loader = make_loader(mixture, BATCH, seed=SEED, num_workers=0)
+    seen = [(int(s), int(label)) for _, labels, sources in loader for label, s in zip(labels, sources)]
+    assert mixture.classes == ["cat", "dog", "eel", "fox"]  # the bucket's eel and fox: 2 and 3
+    assert sorted(seen) == sorted([(0, c) for c in (0, 1, 2) for _ in range(4)] + [(1, c) for c in (2, 3)
+                                                                                   for _ in range(5)])
+    assert "from a bucket" in str(loader.pixfeed_plan)
