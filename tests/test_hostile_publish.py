@@ -499,3 +499,26 @@ def test_overwrite_reads_a_local_manifest_within_its_limit_and_never_a_fifo(tmp_
     with pytest.raises(OverwriteRefusedError):
         pixfeed.pack(src, dst, "mmap", size=8, workers=1, overwrite=True)
     assert sorted(p.name for p in dst.iterdir()) == ["pixfeed.json"] and bounded.MANIFEST_BYTES > 1000
+
+
+def test_a_pack_killed_after_its_manifest_leaves_a_dataset_that_stands(src, bucket, s3_server):
+    """Killed between its manifest and the marker's removal: the dataset is whole, so the next pack removes only
+    the marker (its record proves it) and, without --overwrite, leaves the dataset as it is."""
+    so, url = s3_server.options, f"{bucket}/ds"
+    code = BUCKET_CHILD.replace('''        self.send(tmp, list(manifest["files"])[:2])
+        self._wait()
+        os.kill''', '''        real_remove = self.store.remove
+        self.store.remove = lambda names: os.kill(os.getpid(), signal.SIGKILL) if ".pixfeed-packing" in names \\
+            else real_remove(names)
+        real_commit(self, tmp, manifest)
+        os.kill''').replace("    def commit(", "    real_commit = upload.Upload.commit\n    def commit(")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(src), url, json.dumps(so)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    store = Store(url, so)
+    left = store.list()
+    assert ".pixfeed-packing" in left and "pixfeed.json" in left
+    with pytest.raises(OptionError, match="--overwrite"):
+        pixfeed.pack(src, url, "wds", shard_size=4, storage_options=so)
+    assert store.list() == {k: v for k, v in left.items() if k != ".pixfeed-packing"}
+    assert verify(url, storage_options=so).ok

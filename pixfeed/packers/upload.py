@@ -49,7 +49,7 @@ class Upload:
         self.sent: Dict[str, tuple] = {}      # name -> (size, mtime_ns) uploaded
         self.pending: Dict[str, Future] = {}
         self.pool: Optional[ThreadPoolExecutor] = None
-        self.id, self.replaced = "", []        # this pack's id (its marker's), the objects it replaces
+        self.id, self.replaced = "", []        # this pack's id (its marker's); the objects it replaces, its manifest
 
     def prepare(self) -> None:
         """Check DST, clear a killed pack's proven leftovers (or the replaced dataset), write the marker."""
@@ -147,6 +147,8 @@ class Upload:
             if found.get(name) != meta["bytes"]:
                 raise StorageError(f"{self.store.url_of(name)}: {found.get(name)} bytes in the bucket after upload, "
                                    f"expected {meta['bytes']}; no manifest was written")
+        self.replaced = sorted({*self.replaced, MANIFEST_NAME})
+        self._record()  # the manifest too is this pack's: a kill before the marker goes leaves it provably ours
         with interrupt.publishing():
             self.store.put(tmp / MANIFEST_NAME, MANIFEST_NAME)
         self.store.remove([MARKER])
