@@ -593,3 +593,18 @@ def test_the_stage_makes_no_synchronising_call(packs, store):
     for (images, labels), event in made:
         event.synchronize()
         assert images.shape == (4, 3, *SIZE) and labels.shape == (4,)
+
+
+def test_an_empty_batch_and_a_mixed_one_come_out_whole(records):
+    """No records: an empty batch of the size; JPEGs beside a PNG (the CPU's) and a JPEG larger than the
+    padded batch takes (resized alone): every row filled, as each alone would be."""
+    dec = gpu.BatchDecoder(CPU, "cpu")
+    assert dec.decode([], None, SIZE).shape == (0, 3, *SIZE)
+    big = jpeg(photo(120, 150, seed=4))
+    png = next(r for r in records if r[:4] == b"\x89PNG")
+    small = next(r for r in records if r[:2] == b"\xff\xd8")
+    batch = [small, png, big]
+    dec.PAD_SIDE = 100  # the 150-pixel JPEG is resized on its own
+    together = dec.decode(batch, None, SIZE)
+    for j, record in enumerate(batch):
+        np.testing.assert_array_equal(together[j].numpy(), dec.decode([record], None, SIZE)[0].numpy())

@@ -353,26 +353,25 @@ class BatchDecoder:
         larger one alone; rows of images the CPU decodes are left for it."""
         H, W = size
         count = len(images)
-        out = torch.empty((count, 3, H, W), dtype=torch.uint8, device=self.device, memory_format=torch.channels_last)
-        together = [j for j, img in enumerate(images) if img is not None and max(img.shape[:2]) <= self.PAD_SIDE]
+        shapes = [None if img is None else tuple(img.shape[:2]) for img in images]
+        together = [j for j, hw in enumerate(shapes) if hw is not None and max(hw) <= self.PAD_SIDE]
+        out = None if together and len(together) == count else \
+            torch.empty((count, 3, H, W), dtype=torch.uint8, device=self.device, memory_format=torch.channels_last)
         if together:
-            hp = max(images[j].shape[0] for j in together)
-            wp = max(images[j].shape[1] for j in together)
+            hp, wp = max(shapes[j][0] for j in together), max(shapes[j][1] for j in together)
             padded = torch.empty((len(together), hp, wp, 3), dtype=torch.uint8, device=self.device)
             for k, j in enumerate(together):
-                img = images[j]
-                padded[k, :img.shape[0], :img.shape[1]] = img
+                padded[k, :shapes[j][0], :shapes[j][1]] = images[j]
             sel = np.asarray(together)
             sub = geometry.Plans(boxes[sel], plans.src[sel], plans.scaled[sel], plans.offset[sel], plans.flip[sel],
                                  plans.random)
             sent = self.staging.send([plan_array(sub)] + ([sel.astype(np.int64)] if len(together) < count else []))
             rendered = crop_resize_batch(padded.permute(0, 3, 1, 2), sub, size, sent[0])
-            if len(together) == count:
-                out = rendered
-            else:
-                out.index_copy_(0, sent[1], rendered)
+            if out is None:
+                return rendered
+            out.index_copy_(0, sent[1], rendered)
         for j, img in enumerate(images):
-            if img is not None and max(img.shape[:2]) > self.PAD_SIDE:
+            if img is not None and max(shapes[j]) > self.PAD_SIDE:
                 out[j].copy_(render(img, plans[j]._replace(box=tuple(boxes[j].tolist())), size))
         return out
 
@@ -391,21 +390,21 @@ class BatchDecoder:
         """(oriented H x W x 3 uint8 tensors on the device, None where the CPU decodes; each plan's box within
         its tensor: a region decode's tensor is the box alone)."""
         images: List[Optional[torch.Tensor]] = [None] * len(records)
-        boxes = plans.box.copy() if plans is not None else None
+        boxes = plans.box.tolist() if plans is not None else None  # Python lists: per-image work stays cheap
         todo = [j for j, h in enumerate(heads) if h is not None]
         if not todo:
-            return images, boxes
+            return images, None if boxes is None else np.array(boxes, np.int64).reshape(-1, 4)
         n, decoder, params = self._codec()
         regions = {}
         streams = []
+        cropped = self.region and plans is not None and plans.random
         for j in todo:
             head = heads[j]
             record = records[j]  # bytes, or a view handed over as an array: not copied
             stream = n.CodeStream(record if isinstance(record, (bytes, np.ndarray)) else
                                   np.frombuffer(record, np.uint8))
-            if self.region and plans is not None and plans.random and head.orientation in (0, 1) and \
-                    (boxes[j] != (0, 0, head.width, head.height)).any():
-                x0, y0, x1, y1 = boxes[j].tolist()
+            if cropped and head.orientation in (0, 1) and boxes[j] != [0, 0, head.width, head.height]:
+                x0, y0, x1, y1 = boxes[j]
                 regions[j] = stream
                 stream = stream.get_sub_code_stream(region=n.Region(y0, x0, y1, x1))
             streams.append(stream)
@@ -418,25 +417,26 @@ class BatchDecoder:
                 if j in regions:
                     retry.append(j)
                 continue
+            shape = tuple(tensor.shape[:2])
             if j in regions:
-                x0, y0, x1, y1 = boxes[j].tolist()
-                if tuple(tensor.shape[:2]) == (y1 - y0, x1 - x0):
+                x0, y0, x1, y1 = boxes[j]
+                if shape == (y1 - y0, x1 - x0):
                     images[j] = tensor
-                    boxes[j] = (0, 0, x1 - x0, y1 - y0)
+                    boxes[j] = [0, 0, x1 - x0, y1 - y0]
                     _count(gpu_region=1)
-                elif tuple(tensor.shape[:2]) == (head.height, head.width):  # the whole image after all
+                elif shape == (head.height, head.width):  # the whole image after all
                     images[j] = tensor
                 else:
                     retry.append(j)
                 continue
-            if tuple(tensor.shape[:2]) == (head.height, head.width):
+            if shape == (head.height, head.width):
                 images[j] = _orient(tensor, head.orientation)
         if retry:  # region decodes refused: the whole image, still on the device
             for j, img in zip(retry, self._run(decoder, [regions[j] for j in retry], params)):
                 tensor = self._tensor(img)
                 if tensor is not None and tuple(tensor.shape[:2]) == (heads[j].height, heads[j].width):
                     images[j] = tensor
-        return images, boxes
+        return images, None if boxes is None else np.array(boxes, np.int64).reshape(-1, 4)
 
     def _run(self, decoder, streams, params) -> list:
         kwargs = {}
