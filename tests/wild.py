@@ -107,6 +107,17 @@ def _banner() -> np.ndarray:
     return a
 
 
+def _cut_with_end_marker(path: Path) -> Path:
+    """A JPEG cut short inside its scan, its end marker put back (a download repaired by hand): libjpeg
+    warns "Corrupt JPEG data: premature end of data segment" and fills the rest, as Pillow does."""
+    buf = io.BytesIO()
+    Image.fromarray(_pixels(320, 256, seed=44)).save(buf, "JPEG", quality=90)
+    data = buf.getvalue()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[: len(data) * 2 // 3] + b"\xff\xd9")
+    return path
+
+
 TINY = [((w, h), k) for (w, h) in ((2, 1), (1, 3), (4, 3)) for k in range(2, 9)]  # (W, H), orientation
 
 
@@ -143,6 +154,7 @@ def write_good(root: Path) -> Path:
     _corrupt_exif(jpg / "corrupt-exif.jpg")
     _with_icc(jpg / "icc.jpg")
     _extraneous(jpg / "extraneous-bytes.jpg")
+    _cut_with_end_marker(jpg / "cut-with-end-marker.jpg")
     return root
 
 

@@ -73,7 +73,7 @@ def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, 
     w, h = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
     p = fixed or (plan(w, h, size, resize_mode, crop, rng, crop_ratio) if size is not None else None)
     d = dct_divisor(p) if p is not None else 1
-    box = _region(data, head, p, d, orientation) if head is not None and p is not None else None
+    box = _region(data, head, p, d, orientation, where) if head is not None and p is not None else None
     if box is not None:
         return finish(box, 1, p._replace(box=(0, 0, *p.src)), size)
     arr = _simplejpeg(data, head, d, orientation, fast=reduced(p)) if head is not None else None
@@ -183,14 +183,15 @@ def _pil_orientation(img, where: str) -> int:
         raise ImageDecodeError(f"{where}: cannot read EXIF ({type(e).__name__}: {e})") from None
 
 
-def _region(data: bytes, head: _jpeghead.JpegHead, p: Plan, d: int, orientation: int) -> Optional[np.ndarray]:
+def _region(data: bytes, head: _jpeghead.JpegHead, p: Plan, d: int, orientation: int,
+            where: str) -> Optional[np.ndarray]:
     """The plan's random box decoded alone and oriented (``_regiondecode``); None: decode the whole image."""
     if p.box is None or not _regiondecode.ENABLED:
         return None
     if d > 1:
         _regiondecode.count("full: DCT scaling")
         return None
-    arr = _regiondecode.decode_box(data, p.box, head.width, head.height, orientation)
+    arr = _regiondecode.decode_box(data, p.box, head.width, head.height, orientation, where)
     if arr is None or orientation not in _ORIENT:
         return arr
     return contiguous(_ORIENT[orientation](arr))
