@@ -2,7 +2,9 @@
 pixfeed then cannot guarantee, and what it cannot honour is refused by name (issue #42 item 12)."""
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -124,3 +126,18 @@ def test_a_callers_sampler_resumes_at_the_step_it_saved(workers):
     assert [y.tolist() for _, y in again][0] == [9, 8, 7]  # the next epoch reads whole
     with pytest.raises(OptionError, match="order 'sampler Reversed'"):
         pixfeed.make_loader(ds, 3, num_workers=0).load_state_dict(state)
+
+
+def test_a_loader_with_workers_is_freed_by_reference_counting():
+    """No reference cycle through a loader with workers (the resumable batches of a caller's sampler hold it
+    weakly): left to the garbage collector, its queues could close before its workers stop (5 s each)."""
+    gc.disable()
+    try:
+        for sampler in (None, Reversed(10)):
+            loader = pixfeed.make_loader(Indexed(), 4, sampler=sampler, num_workers=2)
+            assert len(list(loader)) == 3
+            freed = weakref.ref(loader)
+            del loader
+            assert freed() is None
+    finally:
+        gc.enable()

@@ -28,6 +28,7 @@ when they have those attributes.
 """
 from __future__ import annotations
 
+import weakref
 from itertools import islice
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -71,7 +72,7 @@ class PixfeedLoader(DataLoader):
         self.pixfeed_resume_point: Optional[resume.Point] = None
         self.pixfeed_device: Any = None  # make_loader(device=...): the stage that puts batches on it (device.py)
         self.pixfeed_skip = 0  # a caller's sampler: its indices a resumed epoch skips (resume.py)
-        self._resumed_batches = _ResumedBatches(self)
+        self._resumed_batches = _ResumedBatches(weakref.ref(self))  # no cycle: GC would stop the workers late
         self.epoch = 0
         self._warned = False
 
@@ -148,11 +149,11 @@ class _ResumedBatches:
     """Batches of a caller's sampler, its first ``loader.pixfeed_skip`` indices left out (read at each
     iteration, so persistent workers' iterators see a resume too)."""
 
-    def __init__(self, loader: PixfeedLoader) -> None:
+    def __init__(self, loader: "weakref.ref[PixfeedLoader]") -> None:
         self.loader = loader
 
     def _batches(self) -> BatchSampler:
-        loader = self.loader
+        loader = self.loader()
         return BatchSampler(_After(loader.sampler, loader.pixfeed_skip), loader.batch_size, loader.drop_last)
 
     def __iter__(self) -> Iterator[List[int]]:
