@@ -4,11 +4,14 @@
 The rules live in ``plan.py`` (and ``shm.py`` for shared memory); the result
 is attached as ``loader.pixfeed_plan`` and prints as a table of choices and reasons.
 
-Order and epochs: map-style datasets always go through torch's
+Order and epochs: map-style datasets go through torch's
 ``DistributedSampler`` order (``sampler.ResumableSampler``, a
 ``split.EpochSampler`` that can start part-way through an epoch, with one
 replica when not distributed), so the order of epoch ``e`` is a function of
-``(seed, e)`` alone; random augmentations are seeded per sample or per batch (``seeding.py``).
+``(seed, e)`` alone, unless the caller gives its own ``sampler=``
+(``plan.check_sampler``; a resume skips its first indices: ``_ResumedBatches``);
+random augmentations are seeded per sample or per batch (``seeding.py``).
+``on_error="skip"`` wraps what the DataLoader reads in ``damaged.SkipDamaged``.
 Read-ahead hints and the in-process reader thread are turned on or off when
 each epoch starts (``epochplan.py``).
 ``PixfeedLoader`` resolves the world and calls ``set_epoch`` on the sampler, and
