@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from pixfeed.machine import cpus
 from pixfeed.loaders import make_loader
@@ -55,3 +56,51 @@ def test_make_loader_reads_the_quota(monkeypatch, tmp_path, eight_cores):
     monkeypatch.setattr(cpus, "CGROUP_ROOT", tmp_path)
     loader = make_loader(ArrayDataset(random_images(64), augment=True), 4)
     assert (loader.pixfeed_plan.cpus, loader.num_workers) == (3, 2)
+
+
+class StoredPixelStream(torch.utils.data.IterableDataset):
+    """An iterable dataset of stored 224x224 pixels: no decoding (cpu_bound False)."""
+    cpu_bound = False
+    fixed_shape = (3, 224, 224)
+
+    def __iter__(self):
+        return iter(())
+
+
+@pytest.mark.parametrize("read_us, expected", [(2000, 2), (800, 2), (10, 0), (None, 0)])
+def test_workers_for_a_stream_of_stored_pixels_follow_what_a_sample_costs_to_read(read_us, expected):
+    """Reading a WebDataset sample of stored pixels walks the tar, parses members and checks a hash: more
+    than handing the 150 KB over from a worker (719 images/s in process against 1,615 with 2 workers);
+    one read for less than that stays in process, as does one whose cost could not be measured."""
+    cost = None if read_us is None else read_us * 1e-6
+    workers, reason = choose_workers("auto", StoredPixelStream(), "iterable", 2, None, None, cost)
+    assert workers == expected, reason
+    if read_us is not None:
+        assert f"reading a sample costs {read_us:,} us in process (measured)" in reason
+    batch_path, _ = choose_workers("auto", StoredPixelStream(), "batch", 2, None, None, 2e-3)
+    assert batch_path == 0  # a gathered batch is one copy: in process, measured or not
+
+
+def test_make_loader_measures_what_a_webdataset_of_stored_pixels_costs_to_read(tmp_path, monkeypatch):
+    """The cost comes from reading the pack's samples in a throwaway process (probe.read_seconds), whose
+    figure the plan shows; 16x16 samples cost far more to read than their 776 bytes cost to hand over."""
+    from conftest import write_image
+    from pixfeed.datasets import open_dataset
+    from pixfeed.loaders import loader as loader_module
+    from pixfeed.packers import pack
+
+    for i in range(40):
+        write_image(tmp_path / "src" / f"c{i % 2}" / f"{i:02d}.png", size=(16, 16), seed=i)
+    pack(tmp_path / "src", tmp_path / "wds", "wds", store="pixels", size=16, workers=1, shard_size=10)
+    monkeypatch.setattr(cpus, "available_cpus", lambda *a: 2)
+    monkeypatch.setattr(loader_module, "available_cpus", lambda *a: 2)
+    measured = []
+    real = loader_module.read_seconds
+    monkeypatch.setattr(loader_module, "read_seconds", lambda ds: measured.append(real(ds)) or measured[-1])
+    loader = make_loader(open_dataset(tmp_path / "wds"), 8)
+    assert len(measured) == 1 and measured[0] > 0
+    assert loader.num_workers == 2 and "(measured)" in loader.pixfeed_plan.reasons["num_workers"]
+    assert sum(len(labels) for _, labels in loader) == 40
+    monkeypatch.setattr(loader_module, "read_seconds", lambda ds: 1e-9)  # a read cheaper than its hand-off
+    assert make_loader(open_dataset(tmp_path / "wds"), 8).num_workers == 0
+    assert make_loader(open_dataset(tmp_path / "wds"), 8, num_workers=0).num_workers == 0  # asked: not measured

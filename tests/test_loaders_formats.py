@@ -60,7 +60,8 @@ def test_epoch_covers_every_sample_once(packed, monkeypatch, fmt, store):
     loader = make_loader(dataset, 4)
     plan = loader.pixfeed_plan
     assert plan.path == ("iterable" if fmt == "wds" else "batch"), name
-    assert plan.num_workers == (0 if store == "pixels" else 2), name
+    # stored pixels: a gathered batch in process; a WebDataset's samples cost more to read than to hand over
+    assert plan.num_workers == (0 if store == "pixels" and fmt != "wds" else 2), name
     seen = Counter()
     for images, labels in loader:
         assert images.dtype == torch.uint8 and images.shape[1:] == (3, SIZE, SIZE) and labels.dtype == torch.int64, name

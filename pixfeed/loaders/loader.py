@@ -48,7 +48,7 @@ from pixfeed.loaders.collate import Collate
 from pixfeed.loaders.damaged import SkipDamaged
 from pixfeed.datasets.skips import SkipLog
 from pixfeed.loaders.plan import Auto, LoaderPlan
-from pixfeed.loaders.probe import sample_bytes
+from pixfeed.loaders.probe import read_seconds, sample_bytes
 from pixfeed.loaders.readahead import Hinter
 from pixfeed.loaders import resume
 from pixfeed.loaders.progress import POLL, RecordedSampler, SplitSampler
@@ -284,7 +284,8 @@ def plan_loader(dataset: Any, batch_size: int, world: World, drop_last: bool, nu
     path = take("path", rules.choose_path(dataset))
     batches = rules.batches_per_rank(dataset, batch_size, world, drop_last)
     shards = rules.shards_per_rank(dataset, world)
-    workers = take("num_workers", rules.choose_workers(num_workers, dataset, path, cpus, batches, shards))
+    read_cost = read_seconds(dataset) if rules.measures_reads(num_workers, dataset, path, cpus) else None
+    workers = take("num_workers", rules.choose_workers(num_workers, dataset, path, cpus, batches, shards, read_cost))
     if shards is not None and workers > shards:
         dataset.warn_shared_shards = False  # said here (or chosen by the plan), not again in a worker
     if shards is not None and workers > shards and num_workers != "auto":

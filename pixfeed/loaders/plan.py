@@ -4,10 +4,16 @@
   ``fixed_shape`` (one gathered read per batch, see ``batch.py``);
   ``"iterable"`` for an ``IterableDataset``; else ``"samples"``, torch's own
   path (one ``__getitems__`` call per batch when the dataset has it, then collate).
-* ``num_workers``: 0 on the batch and iterable paths when the dataset is not ``cpu_bound``:
+* ``num_workers``: 0 on the batch path when the dataset is not ``cpu_bound``:
   reading is a memory copy, and handing it over through shared memory costs
   more than the copy (1,000 images of 224x224 on 2 cores: 14,550 images/s in
-  process, 1,919 images/s with 2 workers).  Otherwise one worker per usable
+  process, 1,919 images/s with 2 workers: ``HAND_OFF_BYTES_PER_S``).  On the
+  iterable path (a WebDataset of stored pixels) a sample costs more than its
+  copy (walking the tar, parsing its members, checking its hash), so what it
+  costs is measured (``probe.read_seconds``, in a throwaway process) and
+  workers are used, as for decoding, when it costs more than handing the
+  sample over (540 WebDataset samples at 224: 719 images/s in process, 1,615
+  with 2 workers); 0 when it costs less or cannot be measured.  Otherwise one worker per usable
   CPU (``cpus.available_cpus``, which honours affinity and cgroup quotas) minus
   one kept for the training process when there are three or more (with two,
   both decode: leaving one idle halves the decode rate of an input-bound job,
@@ -88,6 +94,8 @@ Choice = Tuple[Any, str]
 PREFETCH_BUDGET = 1 << 30  # bytes of ready batches across all workers
 MAX_PREFETCH = 4
 CALLER = "set by caller"
+HAND_OFF_BYTES_PER_S = 600e6  # a sample's bytes from a worker's shared memory into the training process: 224x224
+# stored pixels (mmap) read by 2 workers on 2 busy CPUs, 2,550-5,800 images/s (380-875 MB/s; 13,700 in process)
 STALL_TIMEOUT = 60.0  # seconds a reader may go without progress (no CPU time, no byte read) before the loader raises
 
 
@@ -256,24 +264,44 @@ def default_workers(cpus: int) -> int:
     return 0 if cpus < 2 else 2 if cpus == 2 else cpus - 1
 
 
+def measures_reads(requested: Auto, dataset: Any, path: str, cpus: int) -> bool:
+    """Whether the worker plan needs what reading a sample costs (``probe.read_seconds``): stored pixels
+    read a sample at a time (an iterable dataset), where the per-sample work may cost more than a copy."""
+    return requested == "auto" and path == "iterable" and reads_in_process(dataset) and cpus >= 2
+
+
+def hand_off_seconds(dataset: Any) -> Optional[float]:
+    """Seconds handing one sample of ``dataset`` over from a worker costs the training process."""
+    shape = getattr(dataset, "fixed_shape", None)
+    return None if shape is None else (math.prod(shape) + 8) / HAND_OFF_BYTES_PER_S
+
+
 def choose_workers(requested: Auto, dataset: Any, path: str, cpus: int, batches: Optional[int],
-                   shards: Optional[int] = None) -> Choice:
+                   shards: Optional[int] = None, read_cost: Optional[float] = None) -> Choice:
     if requested != "auto":
         return require_int("num_workers", requested, 0, auto=True), CALLER
+    costly = ""
     if path in ("batch", "iterable") and reads_in_process(dataset):
-        return 0, "stored pixels, no decoding: cheaper in process than through shared memory"
+        hand_off = hand_off_seconds(dataset)
+        if path == "batch" or read_cost is None or hand_off is None:
+            return 0, "stored pixels, no decoding: cheaper in process than through shared memory"
+        costs = f"reading a sample costs {read_cost * 1e6:,.0f} us in process (measured), handing it over " \
+                f"from a worker {hand_off * 1e6:,.0f} us"
+        if read_cost <= hand_off or cpus < 2:
+            return 0, f"stored pixels: {costs}, so they are read in process"
+        costly = f"{costs}, so workers read in parallel; "
     if cpus < 2:
         return 0, "1 usable CPU: workers would compete with training"
     wanted = default_workers(cpus)
     if batches is not None and batches < wanted:
-        return batches, f"{cpus} usable CPUs but only {batches} batch{'es' * (batches != 1)} per epoch"
+        return batches, f"{costly}{cpus} usable CPUs but only {batches} batch{'es' * (batches != 1)} per epoch"
     if shards is not None and shards < wanted:
-        return wanted, (f"{cpus} usable CPUs; this rank's {shards} shard{'s' * (shards != 1)} are read by every "
-                        f"worker, each decoding 1 sample in {wanted} (reading a shard twice costs less than "
+        return wanted, (f"{costly}{cpus} usable CPUs; this rank's {shards} shard{'s' * (shards != 1)} are read by "
+                        f"every worker, each decoding 1 sample in {wanted} (reading a shard twice costs less than "
                         "decoding on one CPU)")
     if cpus == 2:
-        return 2, "2 usable CPUs: one core left idle would cost half the decode rate"
-    return wanted, f"{cpus} usable CPUs, one kept for the training process"
+        return 2, f"{costly}2 usable CPUs: one core left idle would cost half the decode rate"
+    return wanted, f"{costly}{cpus} usable CPUs, one kept for the training process"
 
 
 def choose_decode_threads(requested: Auto, dataset: Any, path: str, workers: int, cpus: int) -> Choice:
