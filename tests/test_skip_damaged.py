@@ -70,6 +70,7 @@ def test_a_map_style_loader_reads_the_next_record_in_its_place(damaged, name, wo
     expected = [ds[i][1] for i in (0, 1, 2, 3, 4, 6, 6, 7, 8, 9, 10, 11)]  # record 6 read in 5's place
     assert epochs[0] == epochs[1] == [expected[0:4], expected[4:8], expected[8:12]] and len(loader) == 3
     assert loader.pixfeed_plan.skipped == 2 and loader.state_dict()["skipped"] == 2
+    assert int((loader.pixfeed_plan.skips._named != 0).sum()) == 1  # named once, whichever worker met it
     assert "skipped            2" in str(loader.pixfeed_plan) and "on_error           skip" in str(loader.pixfeed_plan)
 
 

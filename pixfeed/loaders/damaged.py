@@ -9,7 +9,7 @@ batch stays full, ``len(loader)`` and the epoch's length stay exact, and the
 replacement is a function of the index alone: the same in every worker, epoch
 and resume (it is read as itself, random crop included).  The cost is paid only
 by a batch that holds a damaged record.  Each skip is counted in the loader's
-``SkipLog`` and named in a warning once per process; after ``MAX_RUN`` damaged
+``SkipLog`` and named in a warning once per loader; after ``MAX_RUN`` damaged
 records in a row the dataset is damaged beyond skipping, and the error is
 raised.
 """
