@@ -47,6 +47,22 @@ def test_every_record_lies_inside_its_extent(packs, fmt, store):
         assert extents.lengths.sum() < 1.2 * sum(len(np.asarray(r).tobytes()) for r in stored) + 48 * len(stored)
 
 
+@pytest.mark.parametrize("fmt,store", FORMATS)
+def test_extents_of_a_window_of_the_order_are_those_of_its_records(packs, fmt, store):
+    """Read-ahead asks for the byte ranges of a window of the order at a time (nothing per record kept):
+    they are the records' own, in the window's order."""
+    extents = open_dataset(packs / f"{fmt}-{store}").record_extents()
+    whole_starts, whole_lengths = extents.starts, extents.lengths
+    window = np.random.default_rng(1).permutation(len(whole_starts))[:7].astype(np.int32)
+    starts, lengths = extents.of(window)
+    assert starts.dtype == lengths.dtype == np.int64
+    assert np.array_equal(starts, whole_starts[window]), (fmt, store)
+    if fmt != "hdf5" or store == "pixels":  # an encoded HDF5 record's heap collection: from its chunk's records
+        assert np.array_equal(lengths, whole_lengths[window]), (fmt, store)
+    else:
+        assert (lengths > 0).all() and (lengths <= whole_lengths[window]).all()
+
+
 @pytest.mark.parametrize("store", ["pixels", "encoded"])
 @pytest.mark.parametrize("fits", [True, False])
 def test_mmap_checks_each_record_mapped_or_read(packs, tmp_path, monkeypatch, store, fits):
