@@ -33,3 +33,14 @@ def test_workers_build_the_batch_in_shared_memory():
     batches = list(loader)
     assert [b[1].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert torch.equal(torch.cat([b[0] for b in batches]), default_collate(samples(8))[0])
+
+
+def test_other_chw_images_are_stacked_straight_into_either_layout():
+    floats = [(torch.rand(3, 4, 5), i) for i in range(3)]  # a transform's or a user's dataset's images
+    expected = default_collate(floats)[0]
+    for memory_format in (torch.channels_last, torch.contiguous_format):
+        images, labels = collate(floats, memory_format)
+        assert images.is_contiguous(memory_format=memory_format) and torch.equal(images, expected)
+        assert labels.tolist() == [0, 1, 2]
+    grads = [(torch.rand(3, 4, 5, requires_grad=True), i) for i in range(2)]  # stack(out=) refuses these
+    assert torch.equal(collate(grads)[0], default_collate(grads)[0])

@@ -6,7 +6,10 @@ N x C x H x W tensor, a strided transpose that costs ~15 ms for 64 images of
 224x224 here.  ``collate`` stacks the underlying HWC arrays instead (a plain
 copy, ~1 ms) and returns the batch as N x C x H x W in channels_last strides:
 the same shape, and the layout ``get_batch`` returns and convolutions on GPUs
-prefer.  Anything else goes to ``default_collate`` unchanged.  With
+prefer.  Other C x H x W tensors (a ``transform``'s, a user's dataset's) are
+stacked straight into that layout too, one transposing copy instead of
+``default_collate``'s copy and a second one.  Anything else goes to
+``default_collate`` unchanged.  With
 ``make_loader(memory_format=torch.contiguous_format)`` the CHW views are
 stacked instead (the transposing copy, once, in the worker that collates), and
 a whole batch's 4-D tensors are copied to that layout (``in_format``).
@@ -48,26 +51,38 @@ def _hwc_view(x: Any) -> bool:
             and x.permute(1, 2, 0).is_contiguous())
 
 
-def _stack_hwc(images: List[torch.Tensor], memory_format: torch.memory_format = CHANNELS_LAST) -> torch.Tensor:
-    """One copy into an N x C x H x W batch: of the HWC arrays (channels_last), or of the CHW views
-    (contiguous_format: the transposing copy, done once, where the batch is collated)."""
-    hwc = memory_format == CHANNELS_LAST
-    parts = [x.permute(1, 2, 0) for x in images] if hwc else images
-    out = None
-    if get_worker_info() is not None:  # as default_collate: build the batch in shared memory
-        storage = parts[0].untyped_storage()._new_shared(len(parts) * parts[0].numel())
-        out = parts[0].new(storage).resize_(len(parts), *parts[0].shape)
-    stacked = torch.stack(parts, out=out)
-    return stacked.permute(0, 3, 1, 2) if hwc else stacked
+def _image(x: Any) -> bool:
+    """A C x H x W tensor ``torch.stack`` can write into a batch of any layout (not one that needs grad)."""
+    return isinstance(x, torch.Tensor) and x.dim() == 3 and x.device.type == "cpu" and not x.requires_grad
+
+
+_NUMPY = {torch.uint8: np.uint8, torch.float32: np.float32, torch.float16: np.float16, torch.float64: np.float64}
+
+
+def _stack(images: List[torch.Tensor], memory_format: torch.memory_format = CHANNELS_LAST) -> torch.Tensor:
+    """One copy of the images into an N x C x H x W batch laid out in ``memory_format``: a plain copy where
+    their strides already are (pixfeed's HWC views into channels_last), else the transposing one, made once
+    here; in a worker into shared memory (as ``default_collate``), in this process into a recycled array."""
+    first, n = images[0], len(images)
+    c, h, w = first.shape
+    shape = (n, h, w, c) if memory_format == CHANNELS_LAST else (n, c, h, w)
+    if get_worker_info() is not None:
+        out = first.new(first.untyped_storage()._new_shared(n * first.numel() * first.element_size()))
+        out = out.resize_(*shape)
+    elif first.dtype in _NUMPY:
+        out = torch.from_numpy(batchbuffers.empty(shape, _NUMPY[first.dtype]))
+    else:
+        out = first.new_empty(shape)
+    return torch.stack(images, out=out.permute(0, 3, 1, 2) if memory_format == CHANNELS_LAST else out)
 
 
 def collate(batch: Sequence[Any], memory_format: torch.memory_format = CHANNELS_LAST) -> Any:
-    """``default_collate``, with (image, label) samples of HWC-backed images stacked fast."""
+    """``default_collate``, with the images of (image, label) samples stacked straight into ``memory_format``."""
     first = batch[0]
-    if isinstance(first, (tuple, list)) and len(first) == 2 and _hwc_view(first[0]):
+    if isinstance(first, (tuple, list)) and len(first) == 2 and _image(first[0]):
         images = [sample[0] for sample in batch]
-        if all(_hwc_view(x) and x.shape == images[0].shape for x in images):
-            return [_stack_hwc(images, memory_format), default_collate([sample[1] for sample in batch])]
+        if all(_image(x) and x.shape == first[0].shape and x.dtype == first[0].dtype for x in images):
+            return [_stack(images, memory_format), default_collate([sample[1] for sample in batch])]
     return default_collate(batch)
 
 
@@ -82,7 +97,7 @@ def collate_fields(batch: Sequence[Any], memory_format: torch.memory_format = CH
 def _column(values: List[Any], memory_format: torch.memory_format) -> Any:
     """``fields.codec.column``, with HWC-backed images of one shape stacked as ``collate`` stacks them."""
     if all(_hwc_view(v) and v.shape == values[0].shape for v in values):
-        return _stack_hwc(values, memory_format)
+        return _stack(values, memory_format)
     return column(values)
 
 
