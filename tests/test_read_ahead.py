@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter
 
@@ -227,3 +228,22 @@ def test_page_cache_room_is_the_smallest_of_host_and_every_cgroup_level(tmp_path
     assert dirs == [tmp_path / "cg/memory/job/step", tmp_path / "cg/memory/job", tmp_path / "cg/memory"]
     room = memory.page_cache_room(tmp_path / "proc", tmp_path / "cg", tmp_path / "meminfo")
     assert room == 3 << 30  # step: 4 GiB - 1 GiB of non-cache use; job: 8 - (5 - 4) = 7 GiB; host 32 GiB
+
+
+def test_a_record_whose_range_cannot_be_found_stops_the_hints_not_the_reading(monkeypatch):
+    """Looking up a window's byte ranges can fail (an LMDB key missing): the hint thread stops quietly and
+    every index is still handed out, for the reader to name the damage as it reads it."""
+    from pixfeed.errors import CorruptDataError
+
+    def ranges(records):
+        if (np.asarray(records) >= 30).any():
+            raise CorruptDataError("record 30: key missing")
+        return np.asarray(records, np.int64) * 10, np.full(len(records), 10, np.int64)
+
+    recorder = Recorder()
+    monkeypatch.setattr(readahead, "will_need", recorder)
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    extents = Extents(__file__, whole=[], ranges=ranges, count=100, mean_length=10.0)
+    assert list(readahead.Hinter(extents, 100).follow(np.arange(100))) == list(range(100))
+    assert not failures

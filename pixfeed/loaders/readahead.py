@@ -41,6 +41,7 @@ from typing import Iterator, List, Optional
 
 import numpy as np
 
+from pixfeed.errors import PixfeedError
 from pixfeed.loaders.order import as_ints
 from pixfeed.storage.pagecache import Extents, dont_need, will_need
 
@@ -94,8 +95,11 @@ class _Requests(threading.Thread):
         self.wake.set()
 
     def run(self) -> None:
-        _request_whole(self.extents.whole)
-        fd = os.open(self.extents.path, os.O_RDONLY)
+        try:
+            _request_whole(self.extents.whole)
+            fd = os.open(self.extents.path, os.O_RDONLY)
+        except OSError:
+            return  # nothing to request from: the reader names what is missing
         try:
             while not self.stopped and self.hinted < len(self.idx):
                 if self.position < self.wake_at:
@@ -104,6 +108,8 @@ class _Requests(threading.Thread):
                     continue
                 self._top_up(fd, self.position)
                 self._drop(fd, self.position)
+        except (OSError, PixfeedError):
+            pass  # hints are advice: a damaged or vanished record is the reader's to name, as it reads it
         finally:
             os.close(fd)
 
