@@ -109,12 +109,13 @@ class Flaky(torch.utils.data.Dataset):
     """A user's dataset: index 3 does not decode, or every index fails its checksum."""
 
     def __init__(self, all_bad: bool = False) -> None:
-        self.all_bad = all_bad
+        self.all_bad, self.reads = all_bad, 0
 
     def __len__(self) -> int:
         return 100
 
     def __getitem__(self, i):
+        self.reads += 1
         if self.all_bad:
             raise CorruptDataError(f"record {i}: checksum")
         if i == 3:
@@ -123,10 +124,14 @@ class Flaky(torch.utils.data.Dataset):
 
 
 def test_a_decode_failure_is_skipped_and_a_dataset_damaged_throughout_still_raises():
-    loader = pixfeed.make_loader(Flaky(), 10, shuffle=False, num_workers=0, on_error="skip")
+    flaky = Flaky()
+    loader = pixfeed.make_loader(flaky, 10, shuffle=False, num_workers=0, on_error="skip")
     with pytest.warns(RuntimeWarning, match="truncated JPEG"):
         first = next(iter(loader))[1].tolist()
     assert first == [0, 1, 2, 4, 4, 5, 6, 7, 8, 9]
+    flaky.reads = 0
+    assert next(iter(loader))[1].tolist() == first and flaky.reads == 10  # the replacement known: one read
+    assert loader.pixfeed_plan.skipped == 2
     with pytest.raises(CorruptDataError, match="64 records in a row from record 0 are damaged"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)

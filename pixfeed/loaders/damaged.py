@@ -8,14 +8,15 @@ and a damaged index ``i`` is replaced by the first sound one of ``i + 1, i + 2,
 batch stays full, ``len(loader)`` and the epoch's length stay exact, and the
 replacement is a function of the index alone: the same in every worker, epoch
 and resume (it is read as itself, random crop included).  The cost is paid only
-by a batch that holds a damaged record.  Each skip is counted in the loader's
+by a batch that holds a damaged record the first time this process meets it
+(later, the replacement it found is read in the batch's one read).  Each skip is counted in the loader's
 ``SkipLog`` and named in a warning once per loader; after ``MAX_RUN`` damaged
 records in a row the dataset is damaged beyond skipping, and the error is
 raised.
 """
 from __future__ import annotations
 
-from typing import Any, List, Set
+from typing import Any, Dict, List, Set
 
 from torch.utils.data import Dataset
 
@@ -32,6 +33,7 @@ class SkipDamaged(Dataset):
     def __init__(self, source: Any, dataset: Any, log: SkipLog) -> None:
         self.source, self.dataset, self.log = source, dataset, log
         self._bad: Set[int] = set()  # damaged indices this process has met
+        self._instead: Dict[int, int] = {}  # damaged index -> the sound one read in its place
 
     def set_epoch(self, epoch: int) -> None:
         if callable(getattr(self.source, "set_epoch", None)):
@@ -45,12 +47,14 @@ class SkipDamaged(Dataset):
 
     def __getitems__(self, indices: List[int]) -> Any:
         indices = [int(i) for i in indices]
-        if not self._bad.intersection(indices):
-            try:
-                return self._read(indices)
-            except DAMAGED:
-                pass
-        return self._read([self._sound(i) for i in indices])
+        try:  # one read, damaged records met before already replaced
+            batch = self._read([self._instead.get(i, i) for i in indices])
+        except DAMAGED:
+            return self._read([self._sound(i) for i in indices])  # each record alone, to find the damaged
+        for i in indices:
+            if i in self._instead:
+                self.log.record(None)  # named when this loader first met it
+        return batch
 
     def _read(self, indices: List[int]) -> Any:
         getitems = getattr(self.source, "__getitems__", None)
@@ -69,6 +73,8 @@ class SkipDamaged(Dataset):
                     self.log.record(error, f"record {(candidate + 1) % n} or the next sound one is read in its "
                                     "place", counted=step == 0)
                     continue
+                if step:
+                    self._instead[index] = candidate
                 return candidate
             if step == 0:
                 self.log.record(None)  # named when this process first met it
