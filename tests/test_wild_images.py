@@ -356,3 +356,22 @@ def test_native_decoder_messages_go_to_the_log_not_the_terminal(tmp_path):
     assert "'region': 21" in run.stdout, run.stdout[-500:]
     assert "pixfeed.image " in run.stdout and "cut-with-end-marker" in run.stdout and \
         "Corrupt JPEG data: premature end of data segment" in run.stdout, run.stdout[-1000:]
+
+
+def test_decoder_output_sorts_native_lines_from_others():
+    """Written to file descriptor 2 while a box decodes: libjpeg-turbo's warnings and nvimgcodec's tagged
+    lines go to the log naming the record; a Python warning ("DeprecationWarning: ...") goes on."""
+    code = r"""if True:
+        import logging, os, sys
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="LOG %(message)s")
+        from pixfeed.image.region import decoder_output
+        with decoder_output("rec-1"):
+            os.write(2, b"Corrupt JPEG data: 3 extraneous bytes before marker 0xd9\n")
+            os.write(2, b"\x1b[0;33m[WARNING] \x1b[0m[pynvimgcodec] Something went wrong during decoding\n")
+            os.write(2, b"foo.py:3: DeprecationWarning: Warning: keep me\n")
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0 and run.stderr == "foo.py:3: DeprecationWarning: Warning: keep me\n", run.stderr
+    assert run.stdout.splitlines() == [
+        "LOG while decoding rec-1: Corrupt JPEG data: 3 extraneous bytes before marker 0xd9",
+        "LOG while decoding rec-1: [WARNING] [pynvimgcodec] Something went wrong during decoding"], run.stdout

@@ -114,10 +114,12 @@ def quietly(make):
                 _write_lines(2, kept.encode())
 
 
-# libjpeg-turbo's warnings (jerror.h's JWRN_* texts) and nvimgcodec's own tagged lines
+# the start of libjpeg-turbo's warnings (jerror.h's JWRN_* texts) and of nvimgcodec's own tagged lines (their
+# colour codes taken out)
 DECODER_LINE = re.compile(r"(Corrupt JPEG data|Premature end of JPEG|Warning: |Inconsistent progression|"
                           r"Invalid SOS parameters|Unknown Adobe color transform|Application transferred too few)"
-                          r"|\[(ERROR|WARNING|INFO)\] .*\[(pynvimgcodec|jpeg_parser|libjpeg|nvjpeg|nvimgcodec)")
+                          r"|\[(ERROR|WARNING|INFO)\] *\[(pynvimgcodec|jpeg_parser|libjpeg|nvjpeg|nvimgcodec)")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _fd_lock = threading.Lock()
 # stderr's redirection in this process: how many threads are decoding, the real stderr (a copy of file
 # descriptor 2), the pipe it is pointed at meanwhile, and the records being decoded (named in the log)
@@ -138,7 +140,8 @@ def decoder_output(where: str):
                                              name="pixfeed-decoder-output")
             _fd["reader"].start()
         if _fd["depth"] == 0:
-            sys.stderr.flush()
+            if sys.stderr is not None:
+                sys.stderr.flush()
             os.dup2(_fd["pipe"][1], 2)
         _fd["depth"] += 1
         _fd["where"][me] = where
@@ -148,7 +151,8 @@ def decoder_output(where: str):
         with _fd_lock:
             _fd["depth"] -= 1
             if _fd["depth"] == 0:
-                sys.stderr.flush()
+                if sys.stderr is not None:
+                    sys.stderr.flush()
                 os.dup2(_fd["real"], 2)
 
 
@@ -190,9 +194,9 @@ def _sorted(done: bytes) -> bytes:
     for line in done.decode("utf-8", "replace").splitlines(keepends=True):
         if any(m in line.lower() for m in MISSING_CUDA):
             continue
-        if DECODER_LINE.search(line):
+        if DECODER_LINE.match(_COLOUR.sub("", line)):  # at the start: a Python "UserWarning: " line goes on
             where = ", ".join(sorted({str(w) for w in list(_fd["where"].values())})) or "<bytes>"
-            log.info("while decoding %s: %s", where, re.sub(r"\x1b\[[0-9;]*m", "", line).strip())
+            log.info("while decoding %s: %s", where, _COLOUR.sub("", line).strip())
         else:
             passed.append(line)
     return "".join(passed).encode()
