@@ -271,7 +271,7 @@ def test_bad_input_is_one_named_error_each_before_any_worker_starts(packs):
         (lambda: pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "lmdb")]),
          r"gives images of shape varying sizes \(no size=\), source 0 .* of 3x24x24; open them with one size="),
         (lambda: pixfeed.mix([open_dataset(packs / "mmap"), open_dataset(packs / "wds", size=24)]),
-         r"source 1 \(.*wds\): an iterable dataset .* repack it as mmap"),
+         r"source 1 \(.*wds\) is an iterable dataset .* and source 0 \(.*mmap\) a map-style one .* repack one"),
         (lambda: pixfeed.mix([a, b], labels="merge"), r"labels='merge': expected 'by_name' or 'as_stored'"),
         (lambda: pixfeed.mix([]), r"give a list of datasets"),
     ]

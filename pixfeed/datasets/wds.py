@@ -95,7 +95,7 @@ from .base import ImageRecords
 Piece = Tuple[int, int, int]  # (shard, first sample, stop sample)
 _META = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta
 _WARNED: set = set()
-_SKIPPED = object()  # a damaged record left out (on_error="skip")
+SKIPPED = object()  # a damaged record left out (on_error="skip")
 
 
 class WdsImageDataset(ImageRecords, IterableDataset):
@@ -193,7 +193,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
             with seeded_by_index(self.seed, self.epoch), \
                     (sample_rngs(self.seed, self.epoch, i) if self.transform is not None else nullcontext()):
                 item = self._decode_or_skip(s, i, sample)
-            if item is not _SKIPPED:
+            if item is not SKIPPED:
                 yield item
 
     def _resumed(self, worker: int, workers: int) -> Tuple[int, int]:
@@ -225,7 +225,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
     def _worker_pieces(self, pieces: List[Piece], worker: int, workers: int) -> Tuple[List[Piece], int]:
         """(pieces this worker reads, keep every stride-th batch of ``worker_batch`` samples of them)."""
         if len(pieces) >= workers:
-            return _cut(pieces, *_worker_range(sum(stop - first for _, first, stop in pieces), self.worker_batch,
+            return cut(pieces, *worker_range(sum(stop - first for _, first, stop in pieces), self.worker_batch,
                                                worker, workers)), 1
         if worker == 0 and self.warn_shared_shards and self.path not in _WARNED:
             _WARNED.add(self.path)
@@ -335,14 +335,14 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                                f"records {count}; the shard is truncated or damaged")
 
     def _decode_or_skip(self, s: int, i: int, sample: dict):
-        """``_decode``, or with ``skips`` (make_loader(on_error="skip")) _SKIPPED for a damaged record."""
+        """``_decode``, or with ``skips`` (make_loader(on_error="skip")) SKIPPED for a damaged record."""
         try:
             return self._decode(s, i, sample)
         except DAMAGED as error:
             if self.skips is None:
                 raise
             self.skips.record(error)
-            return _SKIPPED
+            return SKIPPED
 
     def _decode(self, s: int, i: int, sample: dict):
         # a caption-only read neither checks nor decodes the image
@@ -393,7 +393,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         return arr
 
 
-def _worker_range(total: int, batch: int, worker: int, workers: int) -> Tuple[int, int]:
+def worker_range(total: int, batch: int, worker: int, workers: int) -> Tuple[int, int]:
     """(first, stop) of ``worker``'s contiguous range of a rank's ``total`` samples: whole batches dealt
     evenly, the last partial batch to the worker whose turn follows the last whole batch."""
     batches, partial = divmod(total, batch)
@@ -403,7 +403,7 @@ def _worker_range(total: int, batch: int, worker: int, workers: int) -> Tuple[in
     return first, first + sizes[worker]
 
 
-def _cut(pieces: List[Piece], first: int, stop: int) -> List[Piece]:
+def cut(pieces: List[Piece], first: int, stop: int) -> List[Piece]:
     """The parts of ``pieces`` (in order) at positions ``first`` to ``stop - 1`` of their samples."""
     out, pos = [], 0
     for s, lo, hi in pieces:

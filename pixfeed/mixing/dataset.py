@@ -31,30 +31,30 @@ from ..console.words import plural
 from ..image import buffers as batchbuffers
 from ..seeds import seeded_by_index
 from .quotas import Stream, quotas
-from .sources import check, class_maps, opened
+from .sources import check, class_maps, opened, records_in
 
 COLUMNS = ("image", "label")
 
 
-class Mixture(Dataset):
-    """``pixfeed.mix(sources, weights=None, *, epoch_size=None, counts=None, repeats=None,
-    labels="by_name", with_source=False)``; see the module's docstring."""
+class Mixed:
+    """What every mixture holds and says, map-style (``Mixture``) or streamed (``streams.StreamMixture``):
+    its checked sources, quotas, classes, epoch, seed and the plan's lines."""
 
     epoch_in_shared_memory = True
 
     def __init__(self, sources: Sequence[Any], weights: Optional[Sequence[float]] = None, *,
                  epoch_size: Optional[int] = None, counts: Optional[Sequence[int]] = None,
-                 repeats: Optional[Sequence[float]] = None, labels: str = "by_name", with_source: bool = False):
+                 repeats: Optional[Sequence[float]] = None, labels: str = "by_name", with_source: bool = False,
+                 streams: bool = False):
         if isinstance(sources, Sequence) and not isinstance(sources, (str, bytes)):
             sources = [opened(s) for s in sources]
-        self.names = check(sources)
+        self.names = check(sources, streams)
         self.sources = list(sources)
-        lengths = [len(s) for s in self.sources]
-        epoch = quotas(lengths, self.names, weights=weights, epoch_size=epoch_size, counts=counts, repeats=repeats)
+        self.lengths = [records_in(s) for s in self.sources]
+        epoch = quotas(self.lengths, self.names, weights=weights, epoch_size=epoch_size, counts=counts,
+                       repeats=repeats)
         self.quotas: List[int] = epoch["quotas"]
         self.kind, self.given = epoch["kind"], epoch["given"]
-        self.offsets = np.cumsum([0, *self.quotas]).astype(np.int64)
-        self.streams = [Stream(n, q, i) for i, (n, q) in enumerate(zip(lengths, self.quotas))]
         self.classes, self._tables = class_maps(self.sources, labels)
         self.labels, self.with_source = labels, bool(with_source)
         self.seed = 0
@@ -64,11 +64,6 @@ class Mixture(Dataset):
         self.default_fields = getattr(first, "default_fields", True) and not self.with_source
         self.transform = next((s.transform for s in self.sources if getattr(s, "transform", None) is not None), None)
         self.path = "mixture of " + ", ".join(str(getattr(s, "path", type(s).__name__)) for s in self.sources)
-        self._takes = [_parameters(s) for s in self.sources]
-
-    # what the loader asks of a dataset ---------------------------------------------------------------------
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
 
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
@@ -80,15 +75,6 @@ class Mixture(Dataset):
     @property
     def epoch(self) -> int:
         return int(self._epoch[0])
-
-    @property
-    def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
-        """The sources' common ``fixed_shape`` when each reads whole batches (``get_batch``), else None."""
-        shapes = {getattr(s, "fixed_shape", None) for s in self.sources}
-        if len(shapes) != 1 or None in shapes or not all(callable(getattr(s, "get_batch", None))
-                                                          for s in self.sources):
-            return None
-        return shapes.pop()
 
     @property
     def deterministic(self) -> bool:
@@ -109,6 +95,54 @@ class Mixture(Dataset):
         """Which mixture a loader state belongs to: its sources (their manifests), quotas and label mode."""
         parts = [_identity(s) for s in self.sources] + [self.quotas, self.kind, self.labels, self.with_source]
         return f"{record_hash(json.dumps(parts, sort_keys=True).encode()):016x}"
+
+    def _relabel(self, sample: Any, source: int) -> Any:
+        table = self._tables[source]
+        if isinstance(sample, dict):
+            if table is not None and "label" in sample:
+                sample["label"] = int(table[sample["label"]])
+            if self.with_source:
+                sample["source"] = source
+            return sample
+        sample = list(sample)
+        at = _label_column(self.fields)
+        if table is not None and at is not None:
+            sample[at] = int(table[sample[at]])
+        return (*sample, source) if self.with_source else tuple(sample)
+
+    def plan_sources(self) -> List[str]:
+        """The loader plan's lines, one per source: its share of an epoch, what was asked, what reading it costs."""
+        total = sum(self.quotas)
+        lines = []
+        for ds, name, n, q, given in zip(self.sources, self.names, self.lengths, self.quotas,
+                                         self.given or [None] * len(self.sources)):
+            asked = "every sample once" if given is None else f"{self.kind[:-1]} {given:g}"
+            lines.append(f"{'':<21}{name}: {q:,} of {total:,} samples an epoch ({q / total:.1%}; {asked}: {q / n:.3g}x its "
+                         f"{plural(n, 'record')}); {_cost(ds)}")
+        return lines
+
+
+class Mixture(Mixed, Dataset):
+    """``pixfeed.mix(sources, weights=None, *, epoch_size=None, counts=None, repeats=None,
+    labels="by_name", with_source=False)`` of map-style sources; see the module's docstring."""
+
+    def __init__(self, sources: Sequence[Any], weights: Optional[Sequence[float]] = None, **options: Any):
+        super().__init__(sources, weights, **options)
+        self.offsets = np.cumsum([0, *self.quotas]).astype(np.int64)
+        self.streams = [Stream(n, q, i) for i, (n, q) in enumerate(zip(self.lengths, self.quotas))]
+        self._takes = [_parameters(s) for s in self.sources]
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
+        """The sources' common ``fixed_shape`` when each reads whole batches (``get_batch``), else None."""
+        shapes = {getattr(s, "fixed_shape", None) for s in self.sources}
+        if len(shapes) != 1 or None in shapes or not all(callable(getattr(s, "get_batch", None))
+                                                          for s in self.sources):
+            return None
+        return shapes.pop()
 
     # where a sample comes from -----------------------------------------------------------------------------
     def locate(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,20 +180,6 @@ class Mixture(Dataset):
             sample = self.sources[source][record]
         return self._relabel(sample, source)
 
-    def _relabel(self, sample: Any, source: int) -> Any:
-        table = self._tables[source]
-        if isinstance(sample, dict):
-            if table is not None and "label" in sample:
-                sample["label"] = int(table[sample["label"]])
-            if self.with_source:
-                sample["source"] = source
-            return sample
-        sample = list(sample)
-        at = _label_column(self.fields)
-        if table is not None and at is not None:
-            sample[at] = int(table[sample[at]])
-        return (*sample, source) if self.with_source else tuple(sample)
-
     def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
         """One read per source of the batch, into its rows of one batch array (module docstring); the
         columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
@@ -192,18 +212,6 @@ class Mixture(Dataset):
         if self.with_source:
             joined.append(torch.from_numpy(source))
         return tuple(joined)
-
-    # what the plan says ------------------------------------------------------------------------------------
-    def plan_sources(self) -> List[str]:
-        """The loader plan's lines, one per source: its share of an epoch, what was asked, what reading it costs."""
-        total = len(self)
-        lines = []
-        for ds, name, n, q, given in zip(self.sources, self.names, (len(s) for s in self.sources), self.quotas,
-                                         self.given or [None] * len(self.sources)):
-            asked = "every sample once" if given is None else f"{self.kind[:-1]} {given:g}"
-            lines.append(f"{'':<21}{name}: {q:,} of {total:,} samples an epoch ({q / total:.1%}; {asked}: {q / n:.3g}x its "
-                         f"{plural(n, 'record')}); {_cost(ds)}")
-        return lines
 
 
 def _identity(dataset: Any) -> Any:

@@ -1,5 +1,5 @@
 """A mixture file: a small JSON object naming the sources, each with the options it is opened with, and
-what an epoch is; ``pixfeed.open_dataset("mix.json")`` opens it as a ``Mixture``, ``pixfeed info``
+what an epoch is; ``pixfeed.open_dataset("mix.json")`` opens it as its mixture, ``pixfeed info``
 describes it (docs/mixing.md#a-mixture-file)::
 
     {"pixfeed_mixture": 1,
@@ -56,7 +56,7 @@ def read(path: Any) -> dict:
 
 def load(path: Any, transform: Any = None, **options: Any) -> Any:
     """``open_dataset`` of a mixture file: each source opened with its options, then ``pixfeed.mix``."""
-    from .dataset import Mixture
+    from . import mix
     from .sources import open_path
 
     if transform is not None or options:
@@ -73,24 +73,24 @@ def load(path: Any, transform: Any = None, **options: Any) -> Any:
             datasets.append(open_path(where, **given))
         except TypeError as e:
             raise MixtureError(f"{os.fspath(path)}: source {i} ({source['path']}): {e}") from None
-    return Mixture(datasets, **{k: spec[k] for k in MIX_KEYS if k in spec})
+    return mix(datasets, **{k: spec[k] for k in MIX_KEYS if k in spec})
 
 
 def describe(path: Any) -> list:
     """``pixfeed info``'s rows of a mixture file: its sources with their options, what an epoch is, the quotas."""
     spec, mixture = read(path), load(path)
-    kind = mixture.kind
+    kind, total = mixture.kind, sum(mixture.quotas)
     epoch = "every sample of every source once" if kind == "once" else \
         f"{kind} {', '.join(f'{v:g}' for v in mixture.given)}" + \
-        (f", epoch_size {len(mixture):,}" if kind == "weights" else "")
+        (f", epoch_size {total:,}" if kind == "weights" else "")
     sources = []
-    for i, (source, ds, quota) in enumerate(zip(spec["sources"], mixture.sources, mixture.quotas)):
+    for i, (source, n, quota) in enumerate(zip(spec["sources"], mixture.lengths, mixture.quotas)):
         options = ", ".join(f"{k}={v!r}" for k, v in source.items() if k != "path") or "defaults"
-        sources.append(f"{i}: {source['path']} ({ds.manifest['format']}, {len(ds):,} records; {options}): "
-                       f"{quota:,} an epoch ({quota / len(mixture):.1%})")
+        sources.append(f"{i}: {source['path']} ({mixture.sources[i].manifest['format']}, {n:,} records; {options}): "
+                       f"{quota:,} an epoch ({quota / total:.1%})")
     classes = mixture.classes
     return [("mixture", f"{len(mixture.sources)} sources ({mixture.labels} labels"
                         f"{', with_source' if mixture.with_source else ''})"),
-            ("sources", sources), ("epoch", epoch), ("epoch size", f"{len(mixture):,} samples"),
+            ("sources", sources), ("epoch", epoch), ("epoch size", f"{total:,} samples"),
             ("classes", "none" if classes is None else
              f"{len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}")]

@@ -1,6 +1,6 @@
-"""Checking a mixture's sources before anything is read: each one a map-style dataset with samples, given
-once, and all agreeing in image shape and fields (``check``); their classes mapped by name into one list
-(``class_maps``)."""
+"""Checking a mixture's sources before anything is read: each one a dataset with samples (all map-style, or
+all WebDataset packs), given once, and all agreeing in image shape and fields (``check``); their classes
+mapped by name into one list (``class_maps``)."""
 from __future__ import annotations
 
 import os
@@ -63,19 +63,40 @@ def _schema(dataset: Any) -> Optional[dict]:
     return {f.name: f.spec for f in schema if fields is None or f.name in fields}
 
 
-def check(sources: Sequence[Any]) -> List[str]:
-    """The sources' names, once every rule of the module's docstring holds; else MixtureError naming the fault."""
+def records_in(dataset: Any) -> int:
+    """A source's records (a WebDataset's in all its shards: its ``len`` is one rank's share)."""
+    return int(dataset.manifest["count"]) if is_stream(dataset) else len(dataset)
+
+
+def is_stream(dataset: Any) -> bool:
+    """Whether ``dataset`` is a pack read as a stream of shards that a ``StreamMixture`` can interleave."""
+    return isinstance(dataset, IterableDataset) and callable(getattr(dataset, "_select", None)) and \
+        isinstance(getattr(dataset, "shards", None), list)
+
+
+def check(sources: Sequence[Any], streams: bool = False) -> List[str]:
+    """The sources' names, once every rule of the module's docstring holds; else MixtureError naming the fault.
+    ``streams``: the sources are WebDataset packs, to interleave (``streams.StreamMixture``)."""
     if isinstance(sources, (str, bytes, os.PathLike)) or not isinstance(sources, Sequence) or not sources:
         raise MixtureError(f"mix({sources!r}, ...): give a list of datasets (or dataset paths), at least one")
     names = [name_of(ds, i) for i, ds in enumerate(sources)]
+    iterable = [isinstance(ds, IterableDataset) for ds in sources]
+    if any(iterable) and not all(iterable):
+        i, j = iterable.index(True), iterable.index(False)
+        raise MixtureError(f"{names[i]} is an iterable dataset (read as a stream of its shards) and {names[j]} a "
+                           "map-style one (read by index): mix map-style sources only, or WebDataset packs only; "
+                           "repack one of them so that they agree (pixfeed pack SRC NEW --format mmap, or --format "
+                           "wds)")
     for i, (ds, name) in enumerate(zip(sources, names)):
-        if isinstance(ds, IterableDataset):
-            raise MixtureError(f"{name}: an iterable dataset (a WebDataset reads its shards in order, with no "
-                               "random access); mixing needs map-style sources: repack it as mmap, LMDB or HDF5 "
-                               "(pixfeed pack --format mmap) to mix it")
+        if iterable[i] and not (streams and is_stream(ds)):
+            raise MixtureError(f"{name}: an iterable dataset other than a pixfeed WebDataset pack (it orders and "
+                               "splits its own samples, so a mixture cannot give it a quota); open the pack with "
+                               "pixfeed.open_dataset and mix it with pixfeed.mix" if not is_stream(ds) else
+                               f"{name}: a WebDataset pack; pixfeed.mix interleaves such sources (a StreamMixture), "
+                               "a Mixture reads map-style ones")
         if not hasattr(ds, "__getitem__") or not hasattr(ds, "__len__"):
             raise MixtureError(f"{name}: {type(ds).__name__} is not a dataset (no __getitem__ and __len__)")
-        if len(ds) == 0:
+        if records_in(ds) == 0:
             raise MixtureError(f"{name}: holds no samples; an empty source cannot take a share of an epoch "
                                "(leave it out of the mixture)")
         for j in range(i):
