@@ -17,8 +17,7 @@ from pixfeed.loaders import make_loader
 from pixfeed.mixing import StreamMixture
 from pixfeed.mixing import file as mixture_file
 from pixfeed.packers import pack
-
-BATCH, SEED = 4, 5
+from test_mix import BATCH, SEED, Rank
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +72,6 @@ def test_wds_packs_mix_as_a_stream_with_exact_quotas_every_epoch(packs):
     assert epochs[0] != epochs[1]
     again = make_loader(mixed(packs, weights=[1, 3], epoch_size=30), BATCH, seed=SEED, num_workers=0)
     assert epoch(again) == epochs[0]  # a function of (seed, epoch)
-
-
-class Rank:
-    """A loader used as rank ``rank`` of ``world`` (RANK and WORLD_SIZE set around every use)."""
-
-    def __init__(self, monkeypatch, dataset, rank: int, world: int, **options) -> None:
-        self.env, self.rank, self.world = monkeypatch, rank, world
-        self.loader = self.run(make_loader, dataset, BATCH, seed=SEED, distributed=True, **options)
-
-    def run(self, fn, *args, **kwargs):
-        self.env.setenv("RANK", str(self.rank))
-        self.env.setenv("WORLD_SIZE", str(self.world))
-        return fn(*args, **kwargs)
 
 
 @pytest.mark.parametrize("world,workers", [(1, 0), (2, 0), (2, 2)])
