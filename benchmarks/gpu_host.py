@@ -7,11 +7,13 @@ time (``time.thread_time``), for a batch of ``--batch`` full-size JPEGs (DIR's i
 repeated to fill a batch) and of stored ``--pixels`` x ``--pixels`` pixels (packed mmap pixels), both read
 with ``size=224, crop="random"``:
 
-* read: ``read_checked`` of the batch (the pack's read and its checksums), the same as the CPU path's;
+* read: ``read_checked`` of the batch (the pack's read and its checksums), the same as the CPU path's
+  (stored pixels: gathered into a given array, as ``get_batch`` gathers them into the pinned slot);
 * plans: the rest of ``DeviceRecords.get_batch``: one draw for the batch, each JPEG header parsed once,
   the batch's plans in one vectorised step;
 * stage: ``DeviceStage._make``: the decoder's host work (code streams, region boxes, the batch padded and
-  resized by banded weights built on the host) or the stored pixels' weights, the copies staged.
+  resized by banded weights built on the host) or the stored pixels' weights, the small arrays staged
+  (stored pixels are read straight into a reserved slot, ``gpu.Staging.reserve``: not copied again).
 
 The GPU is replaced by PyTorch's ``meta`` device (tensors with shapes and no data: every torch call is
 dispatched, none computes) and nvImageCodec's decode by a stand-in that returns a ``meta`` tensor of the
@@ -126,21 +128,18 @@ class Counting(TorchDispatchMode):
 
 
 class HostStaging(gpu.Staging):
-    """``Staging`` on ``meta`` that still copies the arrays into a host buffer, as into a pinned slot."""
+    """``Staging`` on ``meta`` with its slots in host memory (not pinned): what is sent is copied into a slot,
+    or read into a reserved one, as on CUDA; the copy to the device is a ``meta`` tensor of each array."""
 
     def __init__(self) -> None:
         super().__init__(META)
-        self.host = np.empty(0, np.uint8)
+        self.staged = True
 
-    def send(self, arrays):
-        total = sum(-(-a.nbytes // 64) * 64 for a in arrays)
-        if self.host.nbytes < total:
-            self.host = np.empty(total, np.uint8)
-        at = 0
-        for a in arrays:
-            np.copyto(self.host[at:at + a.nbytes].view(a.dtype).reshape(a.shape), a)
-            at += -(-a.nbytes // 64) * 64
-        return super().send(arrays)
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        return torch.zeros(nbytes, dtype=torch.uint8)  # its pages touched: resident, as pinned memory is
+
+    def _ship(self, k, end, arrays, offsets):
+        return [torch.empty(a.shape, dtype=gpu._TORCH[a.dtype], device=META) for a in arrays]
 
 
 def pack_sources(images: Path, work: Path, pixels: int) -> Dict[str, Path]:
@@ -162,16 +161,18 @@ def measure(path: Path, kind: str, batch: int, batches: int, cpu_reference: bool
     view = DeviceRecords(ds, kind)
     stage = DeviceStage(META, kind, ds.size, torch.uint8, None, None, torch.channels_last)
     stage._decoder = StandInDecoder()
-    stage.staging = HostStaging()
+    stage.staging = view.staging = HostStaging()  # stored pixels read into its slots, as make_loader does
     rng = np.random.default_rng(0)
+    into = {"out": np.empty((batch, *ds.stored_shape), np.uint8)} if kind == STORED else {}  # as into a slot
     times = {"read": 0.0, "plans": 0.0, "stage": 0.0, "torch": 0.0}
     ops = kernels = 0
-    for b in range(batches + 1):  # the first batch warms up and is not counted
+    warm = len(stage.staging.buffers)  # not counted: the first batches warm up and fill the ring's slots once
+    for b in range(batches + warm):
         idx = rng.integers(0, len(ds), batch)
         with seeded_by_index(0, b):
-            ds.read_checked(idx)  # the pages in memory, as in a steady epoch
+            ds.read_checked(idx, **into)  # the pages in memory, as in a steady epoch
             t0 = time.thread_time()
-            ds.read_checked(idx)
+            ds.read_checked(idx, **into)
             t1 = time.thread_time()
             made = view.get_batch(idx)
             t2 = time.thread_time()
@@ -179,7 +180,7 @@ def measure(path: Path, kind: str, batch: int, batches: int, cpu_reference: bool
             t3 = time.thread_time()
             with Counting() as counted:  # again, to count the torch calls and the time inside them
                 stage._make(made)
-        if b:
+        if b >= warm:
             times["read"] += t1 - t0
             times["plans"] += max((t2 - t1) - (t1 - t0), 0.0)  # get_batch reads the batch too
             times["stage"] += max(t3 - t2 - counted.seconds, 0.0)

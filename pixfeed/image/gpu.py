@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from contextlib import nullcontext
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -480,34 +480,80 @@ class Staging:
     """A ring of pinned host buffers for arrays on their way to ``device``: ``send(arrays)`` copies them into
     one slot (each at a 64-byte boundary) and sends the slot in one ``non_blocking`` copy on the current
     stream, returning a tensor of each on the device; a slot is written again only once its copy has
-    finished.  On a device that is not CUDA (the CPU, ``meta``): the arrays as tensors there, no pinning."""
+    finished.  ``reserve(specs)`` hands out the next slot's arrays to be filled first (a batch read straight
+    into it): ``send`` of those arrays then copies nothing on the host.  On a device that is not CUDA (the CPU,
+    ``meta``): the arrays as tensors there, no pinning, nothing reserved."""
 
     def __init__(self, device, slots: int = 4) -> None:
         self.device = torch.device(device)
+        self.staged = self.device.type == "cuda"
         self.buffers: List[Optional[torch.Tensor]] = [None] * slots
         self.events: list = [None] * slots
         self.next = 0
+        self._reserved: Optional[int] = None
+        self._lock = threading.Lock()
+
+    def reserve(self, specs: Sequence[Tuple[tuple, Any]]) -> Optional[List[np.ndarray]]:
+        """Arrays of these (shape, dtype) in the next slot, laid out as ``send`` lays them (None off CUDA)."""
+        if not self.staged:
+            return None
+        offsets, end = _layout(specs)
+        with self._lock:
+            k = self._reserved = self._slot(end)
+        host = self.buffers[k].numpy()
+        return [host[at:at + _nbytes(shape, dtype)].view(dtype).reshape(shape)
+                for (shape, dtype), at in zip(specs, offsets)]
 
     def send(self, arrays: Sequence[np.ndarray]) -> List[torch.Tensor]:
-        if self.device.type != "cuda":
+        if not self.staged:
             return [torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in arrays]
-        offsets, end = [], 0
-        for a in arrays:
-            offsets.append(end)
-            end += -(-a.nbytes // 64) * 64
+        offsets, end = _layout([(a.shape, a.dtype) for a in arrays])
+        with self._lock:
+            k, self._reserved = self._reserved, None
+            if k is None or self.buffers[k].numel() < end or not any(
+                    _placed(a, self.buffers[k], at) for a, at in zip(arrays, offsets)):
+                k = self._slot(end)
+        host = self.buffers[k].numpy()
+        for a, at in zip(arrays, offsets):
+            if not _placed(a, self.buffers[k], at):
+                np.copyto(host[at:at + a.nbytes].view(a.dtype).reshape(a.shape), a)
+        return self._ship(k, end, arrays, offsets)
+
+    def _slot(self, end: int) -> int:
+        """The next slot, at least ``end`` bytes, once its last copy has finished."""
         k, self.next = self.next, (self.next + 1) % len(self.buffers)
         if self.events[k] is not None:
             self.events[k].synchronize()
-        buf = self.buffers[k]
-        if buf is None or buf.numel() < end:
-            buf = self.buffers[k] = torch.empty(max(end, 1 << 20), dtype=torch.uint8, pin_memory=True)
-        host = buf.numpy()
-        for a, at in zip(arrays, offsets):
-            np.copyto(host[at:at + a.nbytes].view(a.dtype).reshape(a.shape), a)
-        dev = buf[:end].to(self.device, non_blocking=True)
+        if self.buffers[k] is None or self.buffers[k].numel() < end:
+            self.buffers[k] = self._buffer(max(end, 1 << 20))
+        return k
+
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def _ship(self, k: int, end: int, arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> List[torch.Tensor]:
+        dev = self.buffers[k][:end].to(self.device, non_blocking=True)
         self.events[k] = torch.cuda.Event()
         self.events[k].record(torch.cuda.current_stream(self.device))
         return [dev[at:at + a.nbytes].view(_TORCH[a.dtype]).view(a.shape) for a, at in zip(arrays, offsets)]
+
+
+def _nbytes(shape: tuple, dtype: Any) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _layout(specs: Sequence[Tuple[tuple, Any]]) -> Tuple[List[int], int]:
+    """(each array's offset in a slot, at a 64-byte boundary; the bytes the slot needs)."""
+    offsets, end = [], 0
+    for shape, dtype in specs:
+        offsets.append(end)
+        end += -(-_nbytes(shape, dtype) // 64) * 64
+    return offsets, end
+
+
+def _placed(array: np.ndarray, buffer: torch.Tensor, at: int) -> bool:
+    """Whether ``array`` already lies, C-contiguous, at byte ``at`` of ``buffer`` (reserved and filled)."""
+    return array.flags.c_contiguous and array.ctypes.data == buffer.data_ptr() + at
 
 
 _TORCH = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int64): torch.int64, np.dtype(np.float32): torch.float32,

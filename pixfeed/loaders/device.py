@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from pixfeed.datasets.base import MapImageDataset
 from pixfeed.errors import Location, OptionError
@@ -73,10 +73,12 @@ class Encoded(NamedTuple):
 
 
 class Stored(NamedTuple):
-    """Stored pixels (N x h x w x 3 uint8) and each sample's plan."""
+    """Stored pixels (N x h x w x 3 uint8) and each sample's plan; read into a reserved pinned slot
+    (``gpu.Staging.reserve``) with the labels and ``params`` (``gpu.plan_array``) beside them where it can."""
     pixels: np.ndarray
     plans: geometry.Plans
     labels: torch.Tensor
+    params: Optional[np.ndarray] = None
 
 
 def feed_kind(dataset: Any) -> Tuple[str, str]:
@@ -104,13 +106,17 @@ class DeviceRecords(Dataset):
 
     cpu_bound = False  # reading is a copy: in process (plan.choose_workers)
 
-    def __init__(self, dataset: MapImageDataset, kind: str) -> None:
+    def __init__(self, dataset: MapImageDataset, kind: str, staging: Optional[gpu.Staging] = None) -> None:
         self.dataset, self.kind = dataset, kind
+        self.staging = staging  # stored pixels read straight into its pinned slots (in this process only)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "kind"):
+        if name.startswith("__") or name in ("dataset", "kind", "staging"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "staging": None}  # a worker process's copy reads into its own arrays
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -126,6 +132,9 @@ class DeviceRecords(Dataset):
         """The batch's records and plans: every crop drawn in one vectorised step from (seed, epoch, index)
         (``seeds.crop_draws``, as the CPU path draws them), each JPEG header parsed once."""
         ds = self.dataset
+        slot = self._slot(len(indices)) if self.kind == STORED else None
+        if slot is not None:  # copied once on the host: from the pack into the pinned slot
+            return self._stored_into(indices, *slot)
         idx, stored, labels = ds.read_checked(indices)
         labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
         draws = crop_draws(idx) if ds.crop == "random" else None
@@ -139,6 +148,25 @@ class DeviceRecords(Dataset):
         pixels = stored if isinstance(stored, np.ndarray) else np.stack([np.asarray(s) for s in stored])
         h, w = pixels.shape[1:3]
         return Stored(pixels, geometry.plans(w, h, ds.size, ds.crop, draws), labels)  # as ImageRecords.pixels
+
+    def _slot(self, count: int) -> Optional[List[np.ndarray]]:
+        """(pixels, labels, params) arrays in the staging's next pinned slot, or None: no staging (off CUDA,
+        a worker process), or a dataset that cannot gather its stored pixels into a given array."""
+        ds = self.dataset
+        if self.staging is None or not ds.reads_into or get_worker_info() is not None:
+            return None
+        return self.staging.reserve([((count, *ds.stored_shape), np.uint8), ((count,), np.int64),
+                                     ((count, 9), np.int64)])
+
+    def _stored_into(self, indices: Sequence[int], pixels: np.ndarray, labels: np.ndarray,
+                     params: np.ndarray) -> Stored:
+        ds = self.dataset
+        idx, _, read = ds.read_checked(indices, out=pixels)
+        labels[:] = read
+        h, w = pixels.shape[1:3]
+        plans = geometry.plans(w, h, ds.size, ds.crop, crop_draws(idx) if ds.crop == "random" else None)
+        params[:] = gpu.plan_array(plans)
+        return Stored(pixels, plans, torch.from_numpy(labels), params)
 
 
 class DeviceStage:
@@ -191,8 +219,8 @@ class DeviceStage:
             labels, = self.staging.send([batch.labels.numpy()])
             return self.images(images), labels
         if isinstance(batch, Stored):
-            pixels, labels, params = self.staging.send([batch.pixels, batch.labels.numpy(),
-                                                        gpu.plan_array(batch.plans)])
+            params = gpu.plan_array(batch.plans) if batch.params is None else batch.params
+            pixels, labels, params = self.staging.send([batch.pixels, batch.labels.numpy(), params])
             images = gpu.crop_resize_batch(pixels.permute(0, 3, 1, 2), batch.plans, self.size, params)
             return self.images(images), labels
         moved = _moved(batch, self.device)
@@ -327,7 +355,8 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
     if where == "device":
         options = {**options, "pin_memory": False if options.get("pin_memory", "auto") == "auto"
                    else options["pin_memory"]}  # stored pixels go through the stage's own pinned buffers
-        loader = build_loader(DeviceRecords(dataset, kind), batch_size,
+        view = DeviceRecords(dataset, kind)
+        loader = build_loader(view, batch_size,
                               num_workers="auto" if num_workers == "tune" else num_workers, **options)
     elif num_workers == "tune":
         loader = tuned_loader(dataset, batch_size, **options)
@@ -341,6 +370,8 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
                                                 threaded=threaded, read_ahead=plan.read_ahead)
     if where == "device" and kind == ENCODED:  # one decoder for the loader's lifetime, made here, not in its thread
         stage._decoder = gpu.BatchDecoder(dev, backend, cpu_threads=stage.cpu_threads).prepare()
+    if where == "device" and kind == STORED:
+        view.staging = stage.staging  # read into its pinned slots, sent from there
     plan.device, plan.reasons["device"] = str(dev), f"batches as {dtype}, {_format_name(memory_format)}" + (
         f", normalised by mean {list(mean)} std {list(std)}" if mean is not None else "")
     if where == "device" and kind == ENCODED:  # the view reads bytes: the rules' words for stored pixels do not fit
