@@ -141,8 +141,9 @@ def oriented_size(data: bytes, where: str, max_pixels: Optional[int] = None) -> 
     hw = probed(data, where, max_pixels)
     if hw is not None:
         return hw[1], hw[0]
-    img = open_image(data, where, max_pixels)
-    (w, h), orientation = img.size, img.getexif().get(0x0112, 1)
+    with library_warnings(where=where):  # Pillow's warnings on a damaged EXIF to the log
+        img = open_image(data, where, max_pixels)
+        (w, h), orientation = img.size, img.getexif().get(0x0112, 1)
     return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
 
 
@@ -161,15 +162,16 @@ def check_encoded(data: bytes, where: str, max_pixels: Optional[int] = None, ful
     fast decoder reads as Pillow does (``probed``) is not opened with Pillow as well: 8 us an ImageNet
     JPEG against 56.
     """
-    hw = None if full else probed(data, where, max_pixels)  # full: Pillow reads the header it decodes
-    if hw is not None:
-        _check_jpeg_end(data, where)
-        fmt = "JPEG"
-    else:
-        fmt, hw = _check_with_pillow(data, where, max_pixels)
-    if full:
-        hw = decode(data, where=where, max_pixels=max_pixels, exact=True).shape[:2]
-    return fmt, hw
+    with library_warnings(where=where):  # to the log (verify), or to the pack's notes (load_record's block)
+        hw = None if full else probed(data, where, max_pixels)  # full: Pillow reads the header it decodes
+        if hw is not None:
+            _check_jpeg_end(data, where)
+            fmt = "JPEG"
+        else:
+            fmt, hw = _check_with_pillow(data, where, max_pixels)
+        if full:
+            hw = decode(data, where=where, max_pixels=max_pixels, exact=True).shape[:2]
+        return fmt, hw
 
 
 def _check_with_pillow(data: bytes, where: str, max_pixels: Optional[int]) -> Tuple[str, Size]:
