@@ -2,6 +2,8 @@
 (copied once on the host), the long-lived reader thread, and the plan's rate for the device path."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,63 @@ def test_a_worker_process_copy_of_the_view_reads_into_its_own_arrays(pixels):
     import pickle
     view = DeviceRecords(open_dataset(pixels, size=SIZE, crop="random"), "stored", SlotStaging())
     assert pickle.loads(pickle.dumps(view)).staging is None
+
+
+def _made_in(stage, monkeypatch) -> list:
+    threads, make = [], stage.make
+
+    def recording(batch):
+        threads.append(threading.current_thread())
+        return make(batch)
+    monkeypatch.setattr(stage, "make", recording)
+    return threads
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) and torch.equal(lx, ly) for (x, lx), (y, ly) in zip(a, b))
+
+
+def test_one_reader_thread_for_every_epoch_and_an_epoch_left_early_ends(pixels, monkeypatch):
+    """Three epochs, the first left after one batch (its iterator kept): every batch is made in the same
+    thread, the stage's, not the loop's; the epoch left early ends when the next starts and hands out
+    nothing more; the next epochs are exactly the reference loader's (nothing made ahead leaks into them)."""
+    ds = open_dataset(pixels, size=SIZE, crop="random")
+    reference = device_path(ds, 6, seed=4)
+    want = [list(reference) for _ in range(3)]
+    loader = device_path(ds, 6, seed=4)
+    threads = _made_in(loader.pixfeed_device, monkeypatch)
+    left = iter(loader)
+    assert _same([next(left)], want[0][:1])
+    got = [list(loader), list(loader)]
+    with pytest.raises(StopIteration):
+        next(left)
+    assert _same(got[0], want[1]) and _same(got[1], want[2])
+    thread = loader.pixfeed_device._thread
+    assert set(threads) == {thread} and thread is not threading.current_thread() and thread.is_alive()
+
+
+def test_resume_on_the_same_loader_after_an_epoch_left_early_is_exact(pixels):
+    ds = open_dataset(pixels, size=SIZE, crop="random")
+    reference = device_path(ds, 4, seed=6)
+    reference.set_epoch(2)
+    whole = list(reference)
+    loader = device_path(ds, 4, seed=6)
+    loader.set_epoch(2)
+    it = iter(loader)
+    first = [next(it), next(it)]
+    state = loader.state_dict()
+    loader.load_state_dict(state)
+    rest = list(loader)
+    assert _same(first + rest, whole)
+
+
+def test_the_reader_thread_ends_with_its_loader(pixels):
+    import gc
+    loader = device_path(open_dataset(pixels, size=SIZE, crop="random"), 4, seed=6)
+    it = iter(loader)
+    next(it)  # left mid-epoch: the thread is filling it
+    thread = loader.pixfeed_device._thread
+    del it, loader
+    gc.collect()
+    thread.join(timeout=30)
+    assert not thread.is_alive()

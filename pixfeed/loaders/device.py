@@ -23,7 +23,9 @@ normalised by ``mean``/``std``, ImageNet's by default) in ``memory_format``
   center-cropped stored pixels, which are a slice already): read as without ``device=``,
   every tensor of the batch copied to the device.
 
-The device stage runs in its own thread (``DeviceFeed``): it reads the next
+The device stage runs in one reader thread for the loader's lifetime, epoch after
+epoch (``DeviceFeed``: an epoch's batches; starting an epoch ends the one before, and
+what was made ahead for that one is dropped): it reads the next
 batch and makes it on its own CUDA stream while the training step runs, records an
 event, and the training loop's stream waits on that event (no synchronisation of
 the default stream); each output tensor is ``record_stream``-ed on the consuming
@@ -38,7 +40,9 @@ asked for without a usable CUDA device raises OptionError.
 from __future__ import annotations
 
 import os
+import queue
 import threading
+import weakref
 from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -184,13 +188,31 @@ class DeviceStage:
         self._decoder: Optional[gpu.BatchDecoder] = None
         self._stream: Any = None
         self.staging = gpu.Staging(device, slots=DEPTH + 2)  # pinned on CUDA: pixels, plans, labels in one copy
-        self._lock = threading.Lock()  # one make at a time: an epoch left early may still be making one in its
-        # reader thread when the next epoch's starts, and the two could take the same pinned slot
+        self._lock = threading.Lock()  # one make at a time (a caller's own threads may call make)
+        self._jobs: "queue.Queue[Any]" = queue.Queue()  # epochs for the one reader thread
+        self._thread: Optional[threading.Thread] = None
+        self._feed: Any = None  # a weak proxy of the epoch's feed
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         if not self.threaded:
             return (self._make(b) for b in (ReadAhead(batches) if self.read_ahead else batches))
-        return DeviceFeed(self, batches)
+        if self._feed is not None:  # an epoch left early: it ends here, its batches made ahead are dropped
+            try:
+                self._feed.close()
+            except ReferenceError:  # collected (and so closed) already
+                pass
+        feed = DeviceFeed(self, batches)
+        self._feed = weakref.proxy(feed)  # not kept alive here: dropped by the loop, it closes
+        self._jobs.put((feed.ahead, (self.make(b) for b in batches)))  # the feed itself is not kept
+        if self._thread is None or not self._thread.is_alive():  # one for the loader's lifetime
+            self._thread = threading.Thread(target=_read, args=(self._jobs,), name="pixfeed-device", daemon=True)
+            self._thread.start()
+        return feed
+
+    def __del__(self) -> None:
+        jobs = self.__dict__.get("_jobs")
+        if jobs is not None:
+            jobs.put(None)  # the reader thread ends
 
     @property
     def stream(self) -> Any:
@@ -270,17 +292,42 @@ def _streamed(batch: Any, stream: Any) -> None:
             _streamed(v, stream)
 
 
+def _read(jobs: "queue.Queue[Optional[Tuple[_Ahead, Iterator[Any]]]]") -> None:
+    """The stage's reader thread: each epoch's batches made in turn, until the stage is gone (None).  It holds
+    the queue and the epoch's pipe, not the stage nor the feed: the loop dropping a feed closes it."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        ahead, made = job
+        if not ahead._stop.is_set():
+            ahead._fill(made)
+        del job, ahead, made
+
+
+class _Ahead(ReadAhead):
+    """``ReadAhead``'s queue and stop flag, filled by the stage's reader thread rather than a thread of its own."""
+
+    def __init__(self, depth: int) -> None:
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=depth)
+        self._stop, self._finished = threading.Event(), False
+
+
 class DeviceFeed(Iterator[Any]):
-    """An epoch's batches made on the device in a reader thread, ``DEPTH`` ahead of the training loop."""
+    """An epoch's batches made on the device by the stage's reader thread, ``DEPTH`` ahead of the training
+    loop.  Closed (at its end, by the collector, or by the next epoch's start) it makes no more and ends:
+    nothing made for it reaches another epoch."""
 
     def __init__(self, stage: DeviceStage, batches: Iterator[Any]) -> None:
         self.stage, self.length = stage, batches
-        self.ahead = ReadAhead((stage.make(b) for b in batches), depth=DEPTH)
+        self.ahead = _Ahead(DEPTH)  # filled by the stage's reader thread
 
     def __len__(self) -> int:
         return len(self.length)  # type: ignore[arg-type]
 
     def __next__(self) -> Any:
+        if self.ahead._stop.is_set():
+            self.ahead._finished = True  # closed: no batch of it is handed out after that
         batch, event = next(self.ahead)
         if event is not None:
             stream = torch.cuda.current_stream(self.stage.device)
