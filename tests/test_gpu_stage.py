@@ -155,3 +155,29 @@ def test_the_reader_thread_ends_with_its_loader(pixels):
     gc.collect()
     thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+def test_the_plan_rates_the_device_path_by_the_slower_of_decoder_and_host():
+    from pixfeed.loaders import plan as rules
+    cuda = torch.device("cuda", 0)
+    rate, words = rules.device_rate("encoded")  # the estimate: the decoder is the slower
+    assert rate == min(rules.GPU_DECODE_RATE, int(1e6 / rules.HOST_US["encoded"]))
+    assert "decoder" in words and "host thread" in words and "estimated" in words
+    rate, words = rules.device_rate("encoded", host_us=500.0)  # a slow host: 2,000 images/s
+    assert rate == 2000 and "measured" in words and f"{rules.GPU_DECODE_RATE:,}" in words
+    assert rules.device_rate("stored", host_us=100.0)[0] == 10_000
+    where, why = rules.choose_decode_on(cuda, "encoded", 16, (True, "hw"))
+    assert where == "device" and "host thread" in why and "decoder" in why
+    where, why = rules.choose_decode_on(cuda, "encoded", 16, (True, "hw"), host_us=2000.0)  # 500/s on the host
+    assert where == "cpu" and "about 500/s" in why  # 16 CPUs decode more than that host thread feeds
+    assert "host thread" in rules.choose_decode_on(cuda, "stored", 2, (False, ""))[1]
+
+
+def test_the_stage_measures_its_host_time_and_the_plan_says_it(pixels):
+    ds = open_dataset(pixels, size=SIZE, crop="random")
+    loader = device_path(ds, 6, seed=4)
+    stage = loader.pixfeed_device
+    assert stage.host_us is None and "measured" not in loader.pixfeed_plan.reasons["decode_on"]
+    list(loader)
+    assert stage.images_made == len(ds) and stage.host_us > 0
+    assert "as measured" in loader.pixfeed_plan.reasons["decode_on"]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 import weakref
 from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -192,6 +193,9 @@ class DeviceStage:
         self._jobs: "queue.Queue[Any]" = queue.Queue()  # epochs for the one reader thread
         self._thread: Optional[threading.Thread] = None
         self._feed: Any = None  # a weak proxy of the epoch's feed
+        self.host_seconds, self.images_made = 0.0, 0  # the reader thread's CPU time on encoded/stored batches
+        self.explain: Any = None  # host µs an image -> the plan's decode_on reason, refreshed at each epoch's end
+        self.plan: Any = None
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         if not self.threaded:
@@ -203,11 +207,33 @@ class DeviceStage:
                 pass
         feed = DeviceFeed(self, batches)
         self._feed = weakref.proxy(feed)  # not kept alive here: dropped by the loop, it closes
-        self._jobs.put((feed.ahead, (self.make(b) for b in batches)))  # the feed itself is not kept
+        self._jobs.put((feed.ahead, self._timed(batches)))  # the feed itself is not kept
         if self._thread is None or not self._thread.is_alive():  # one for the loader's lifetime
             self._thread = threading.Thread(target=_read, args=(self._jobs,), name="pixfeed-device", daemon=True)
             self._thread.start()
         return feed
+
+    def _timed(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The epoch's batches made, the reader thread's CPU time on each (its read and its make) counted."""
+        source = iter(batches)
+        while True:
+            start = time.thread_time()
+            try:
+                batch = next(source)
+            except StopIteration:
+                break
+            made = self.make(batch)
+            if isinstance(batch, (Encoded, Stored)):
+                self.host_seconds += time.thread_time() - start
+                self.images_made += len(batch.labels)
+            yield made
+        if self.plan is not None and self.explain is not None and self.host_us is not None:
+            self.plan.reasons["decode_on"] = self.explain(self.host_us)
+
+    @property
+    def host_us(self) -> Optional[float]:
+        """The reader thread's CPU µs an image so far (reading, plans, the stage's work), None before any."""
+        return self.host_seconds / self.images_made * 1e6 if self.images_made else None
 
     def __del__(self) -> None:
         jobs = self.__dict__.get("_jobs")
@@ -419,6 +445,8 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
         stage._decoder = gpu.BatchDecoder(dev, backend, cpu_threads=stage.cpu_threads).prepare()
     if where == "device" and kind == STORED:
         view.staging = stage.staging  # read into its pinned slots, sent from there
+    if where == "device":  # the plan's rate for the device path, measured once an epoch has been made
+        stage.plan, stage.explain = plan, lambda us: f"{reason}; as measured: {rules.device_rate(kind, us)[1]}"
     plan.device, plan.reasons["device"] = str(dev), f"batches as {dtype}, {_format_name(memory_format)}" + (
         f", normalised by mean {list(mean)} std {list(std)}" if mean is not None else "")
     if where == "device" and kind == ENCODED:  # the view reads bytes: the rules' words for stored pixels do not fit

@@ -43,7 +43,8 @@
   --step-ms 3``, 1.3x); workers read ahead anyway.
 * ``device``, ``decode_on`` (``make_loader(device=...)``, ``device.py``): where
   batches go, and where encoded images decode: on the GPU (nvImageCodec, about
-  ``GPU_DECODE_RATE`` full-size ImageNet JPEGs/s) when the machine's usable CPUs
+  ``GPU_DECODE_RATE`` full-size ImageNet JPEGs/s, or the device stage's host
+  thread's rate where that is lower: ``device_rate``) when the machine's usable CPUs
   decode fewer (about ``CPU_DECODE_RATE`` a core), else in CPU workers whose
   batches are copied; stored pixels are cropped and flipped on the device.
 * ``hints``, ``reader_thread`` (read-ahead hints and the in-process reader's
@@ -419,6 +420,23 @@ def batches_per_rank(dataset: Any, batch_size: int, world: World, drop_last: boo
 
 GPU_DECODE_RATE = 10_000  # full-size ImageNet JPEGs/s one GPU's nvImageCodec decodes (H200: 10,827-11,248)
 CPU_DECODE_RATE = 340  # the same per CPU core (H200 machine, 16 cores; issue #37)
+# the device stage's host time an image in its one thread (read, plans, the stage's own work and its CUDA launches):
+# benchmarks/gpu_host.py's read + est. on the 2-CPU development machine, loaded (issue #45): about 11 + 72 µs for
+# full-size JPEGs, 42 + 16 for stored 256x256 pixels; a quiet server core takes less
+HOST_US = {"encoded": 85.0, "stored": 60.0}
+
+
+def device_rate(kind: str, host_us: Optional[float] = None) -> Tuple[int, str]:
+    """(images/s, the words for the plan): the device path's rate, the lower of its decoder's (encoded records:
+    ``GPU_DECODE_RATE``) and its host thread's (1e6 / ``host_us``: measured, or ``HOST_US``'s estimate)."""
+    us = HOST_US[kind] if host_us is None else max(float(host_us), 1e-3)
+    host = int(1e6 / us)
+    how = f"{us:.0f} µs an image, " + ("measured" if host_us is not None else "estimated by benchmarks/gpu_host.py")
+    if kind != "encoded":
+        return host, f"about {host:,} images/s, the host thread's ({how}); the GPU's crops take far less"
+    rate = min(GPU_DECODE_RATE, host)
+    return rate, (f"about {rate:,} images/s, the lower of the decoder's (about {GPU_DECODE_RATE:,}/s) and the host "
+                  f"thread's (about {host:,}/s: {how})")
 
 
 def resolve_device(requested: Any, local_rank: Optional[int] = None) -> Optional[torch.device]:
@@ -448,24 +466,27 @@ def resolve_device(requested: Any, local_rank: Optional[int] = None) -> Optional
     return torch.device("cuda", index)
 
 
-def choose_decode_on(device: torch.device, kind: str, cpus: int, decoder: Tuple[bool, str]) -> Choice:
+def choose_decode_on(device: torch.device, kind: str, cpus: int, decoder: Tuple[bool, str],
+                     host_us: Optional[float] = None) -> Choice:
     """Where a ``device=`` loader's images are made: ``"device"`` (encoded records decoded by the GPU's
     decoder, stored pixels cropped there) or ``"cpu"`` (today's path, its batches copied).  ``kind``:
     "encoded" (records the GPU can decode), "stored" (stored pixels a random crop or resize reads), else
-    what the dataset reads as it is; ``decoder``: ``gpu.available(device)``."""
+    what the dataset reads as it is; ``decoder``: ``gpu.available(device)``; ``host_us``: the device stage's
+    measured host time an image (else ``HOST_US``'s estimate, see ``device_rate``)."""
     if device.type != "cuda":
         return "cpu", "CPU batches: the same reads and crops as without device="
     if kind == "stored":
         return "device", ("stored pixels gathered in process into pinned memory, copied, then every sample's "
-                          "crop and flip in batched kernels on the GPU")
+                          f"crop and flip in batched kernels on the GPU: {device_rate(kind, host_us)[1]}")
     if kind != "encoded":
         return "cpu", f"{kind}: read as without device=, each batch copied to {device} on a side stream"
     ok, why = decoder
     if not ok:
         return "cpu", f"CPU workers decode ({why}); batches copied to {device} on a side stream"
     cpu_rate = max(1, default_workers(cpus)) * CPU_DECODE_RATE
-    if cpu_rate > GPU_DECODE_RATE:
-        return "cpu", (f"{cpus} usable CPUs decode about {cpu_rate:,} images/s, more than {device}'s decoder "
-                       f"(about {GPU_DECODE_RATE:,}/s): CPU workers decode, batches are copied")
-    return "device", (f"{why}: about {GPU_DECODE_RATE:,} images/s against about {cpu_rate:,}/s on "
-                      f"{cpus} usable CPUs; records read as bytes, decoded in this process on its own stream")
+    rate, words = device_rate(kind, host_us)
+    if cpu_rate > rate:
+        return "cpu", (f"{cpus} usable CPUs decode about {cpu_rate:,} images/s, more than {device}'s path ({words}): "
+                       "CPU workers decode, batches are copied")
+    return "device", (f"{why}: {words}, against about {cpu_rate:,}/s on {cpus} usable CPUs; records read as bytes, "
+                      "decoded in this process on its own stream")
