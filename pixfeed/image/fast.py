@@ -5,10 +5,10 @@ four things differ:
 
 1. JPEGs that ``_jpeghead.probe`` accepts are decoded by simplejpeg (when
    installed) into RGBX, with libjpeg-turbo's fast integer IDCT and plain chroma
-   upsampling when a resize shrinks the image (as FFCV decodes; 10% faster, and the
-   resize's low-pass hides the difference), its accurate IDCT and fancy upsampling
-   (Pillow's) when the image is kept or enlarged (``reduced``); everything else by
-   Pillow, with ``to_rgb``'s rules.
+   upsampling when a resize shrinks an image of at least ``FAST_IDCT_PIXELS`` (as
+   FFCV decodes; 10% faster, and the resize's low-pass hides the difference), its
+   accurate IDCT and fancy upsampling (Pillow's) when the image is kept or enlarged
+   (``reduced``), or small; everything else by Pillow, with ``to_rgb``'s rules.
 2. DCT-domain downscaling: a JPEG is decoded at 1/2, 1/4 or 1/8 scale when
    that still leaves ``DCT_MARGIN`` times the output resolution, so the
    antialiased resize that follows still does the low-pass filtering (at a
@@ -45,6 +45,8 @@ from .geometry import Plan, Size, plan
 from ..errors import ImageDecodeError
 
 DCT_MARGIN = 2
+FAST_IDCT_PIXELS = 256 * 256  # below that, the accurate IDCT costs little and the fast one showed (35.7 dB, an
+# 88x31 banner shrunk to 8x8)
 _ORIENT = {2: lambda a: a[:, ::-1], 3: lambda a: a[::-1, ::-1], 4: lambda a: a[::-1],
            5: lambda a: a.transpose(1, 0, 2), 6: lambda a: np.rot90(a, -1),
            7: lambda a: a[::-1, ::-1].transpose(1, 0, 2), 8: lambda a: np.rot90(a, 1)}
@@ -76,7 +78,8 @@ def decode_fast(data: bytes, size: Optional[Size], resize_mode: str, crop: str, 
     box = _region(data, head, p, d, orientation, where) if head is not None and p is not None else None
     if box is not None:
         return finish(box, 1, p._replace(box=(0, 0, *p.src)), size)
-    arr = _simplejpeg(data, head, d, orientation, fast=reduced(p)) if head is not None else None
+    fast = reduced(p) and w * h >= FAST_IDCT_PIXELS
+    arr = _simplejpeg(data, head, d, orientation, fast=fast) if head is not None else None
     if arr is None:  # not for simplejpeg, or libjpeg-turbo complained: Pillow decides
         arr, d = _pillow(img or open_image(data, where, max_pixels), d, where)
     if p is not None:
