@@ -9,7 +9,9 @@ the over-budget rows.  Everything is measured in one run, as ratios:
 * ``sequential``: ``pagecache.read_rate`` of ``images.npy`` after evicting it
   (``fsync`` + ``posix_fadvise(DONTNEED)``): the limit for the rows below.
 * cold first epoch, shuffled, through ``make_loader`` (in process, checksums
-  on), with read-ahead (``io_ahead`` default) and without (``io_ahead=0``).
+  on), with read-ahead (``io_ahead`` default) and without (``io_ahead=0``);
+  in quasi-random order; and shuffled from the same records repacked as LMDB
+  and HDF5 stored pixels.
 * a child process in a cgroup limited to half the dataset: two epochs shuffled
   and two quasi-random (``order="quasi_random"``), each against the sequential
   rate; its peak cgroup usage and RSS growth.
@@ -78,7 +80,7 @@ def epoch(loader, epochs: int = 1, keep: bool = False) -> dict:
 
 
 def files_of(path: Path) -> list:
-    return [p for p in Path(path).iterdir() if p.suffix in (".npy", ".bin")]
+    return [p for p in Path(path).iterdir() if p.suffix in (".npy", ".bin", ".mdb", ".h5")]
 
 
 def cold(path: Path) -> None:
@@ -170,6 +172,12 @@ def main() -> None:
     rows = {"sequential": seq}
     rows["cold_shuffled"] = cold_epoch(pixels)["bytes_per_s"]
     rows["cold_shuffled_no_read_ahead"] = cold_epoch(pixels, io_ahead=0)["bytes_per_s"]
+    rows["cold_quasi_random"] = cold_epoch(pixels, order="quasi_random")["bytes_per_s"]
+    for fmt in ("lmdb", "hdf5"):  # the same records in the other map-style formats, shuffled
+        other = args.work / f"pixels-{args.records}-{fmt}"
+        if not other.exists():
+            pack(pixels, other, fmt, store="pixels")
+        rows[f"cold_shuffled_{fmt}"] = cold_epoch(other)["bytes_per_s"]
     gc.collect()
     rows["over_budget"] = over_budget(pixels, size // 2) if _memlimit.cgroup_parent() else None
     rows["encoded"] = encoded_rows(encoded)
@@ -185,7 +193,9 @@ def report(rows: dict, size: int, records: int) -> None:
     gb = lambda r: f"{r / 1e9:.2f} GB/s"  # noqa: E731
     print(f"{records} records of 256x256x3, {size / 2**30:.2f} GiB; cold sequential read {gb(seq)}")
     print(f"cold first epoch, shuffled:        {gb(rows['cold_shuffled'])} = {rows['cold_shuffled'] / seq:.0%} "
-          f"of sequential (without read-ahead {rows['cold_shuffled_no_read_ahead'] / seq:.0%})")
+          f"of sequential (without read-ahead {rows['cold_shuffled_no_read_ahead'] / seq:.0%}); quasi-random "
+          f"{rows['cold_quasi_random'] / seq:.0%}; the same records shuffled in LMDB "
+          f"{rows['cold_shuffled_lmdb'] / seq:.0%}, in HDF5 {rows['cold_shuffled_hdf5'] / seq:.0%}")
     over = rows["over_budget"]
     if over:
         for order in ("random", "quasi_random"):
