@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -69,7 +70,7 @@ def test_stored_pixels_are_read_into_the_slot_they_are_sent_from(pixels):
     loader = device_path(ds, 6, seed=4)
     loader.pixfeed_device.staging = _view(loader).staging = staging = SlotStaging()
     got = [list(loader) for _ in range(2)]
-    assert staging.placed == [True] * sum(len(e) for e in got) and len(staging.placed) == 8
+    assert staging.placed == [True] * 9 and sum(len(e) for e in got) == 8  # and the third epoch's first, made ahead
     for w_epoch, g_epoch in zip(want, got):
         for (wi, wl), (gi, gl) in zip(w_epoch, g_epoch):
             assert torch.equal(wl, gl) and torch.equal(wi, gi)
@@ -181,3 +182,57 @@ def test_the_stage_measures_its_host_time_and_the_plan_says_it(pixels):
     list(loader)
     assert stage.images_made == len(ds) and stage.host_us > 0
     assert "as measured" in loader.pixfeed_plan.reasons["decode_on"]
+
+
+def _reads(view, monkeypatch) -> list:
+    seen, read = [], view.dataset.read_checked
+
+    def recording(indices, *args, **kwargs):
+        seen.append([int(i) for i in indices])
+        return read(indices, *args, **kwargs)
+    monkeypatch.setattr(view.dataset, "read_checked", recording)
+    return seen
+
+
+@pytest.mark.parametrize("crop,size", [("random", SIZE), ("center", (72, 80))])  # center: resized, not a slice
+def test_the_next_epochs_first_batch_is_made_before_the_epoch_ends(pixels, monkeypatch, crop, size):
+    """When an epoch's records are all read, the reader reads and makes the next epoch's first batch while
+    the loop still takes the last ones: the next epoch does not read it again, and every epoch is exactly
+    the reference loader's."""
+    ds = open_dataset(pixels, size=size, crop=crop)  # seeded by index, or no draws at all
+    reference = device_path(ds, 6, seed=4, shuffle=True)
+    want = [list(reference) for _ in range(3)]
+    loader = device_path(ds, 6, seed=4, shuffle=True)
+    view = _view(loader)
+    reads = _reads(view, monkeypatch)
+    it = iter(loader)
+    got = [next(it) for _ in range(len(want[0]) - 1)]  # the last batch not taken yet
+    waited = time.monotonic()
+    while len(reads) <= len(want[0]) and time.monotonic() - waited < 60:  # the reader is not waiting for it
+        time.sleep(0.01)
+    assert len(reads) == len(want[0]) + 1  # the epoch's batches, then the next epoch's first
+    assert view.early is not None and list(view.early[0]) == reads[-1]
+    got.append(next(it))
+    assert _same(got, want[0])
+    assert _same(list(loader), want[1]) and len(reads) == 2 * len(want[0]) + 1  # its first not read again
+    assert _same(list(loader), want[2])
+
+
+def test_a_batch_made_ahead_is_not_used_for_another_epoch_or_a_resume(pixels):
+    """set_epoch and load_state_dict between epochs: the batch made ahead is not theirs, and is dropped."""
+    ds = open_dataset(pixels, size=SIZE, crop="random")
+    reference = device_path(ds, 6, seed=4, shuffle=True)
+    reference.set_epoch(5)
+    five = list(reference)
+    loader = device_path(ds, 6, seed=4, shuffle=True)
+    list(loader)
+    assert _view(loader).early is not None  # epoch 1's first batch
+    loader.set_epoch(5)
+    assert _same(list(loader), five)
+    loader.set_epoch(5)
+    it = iter(loader)
+    first = [next(it), next(it)]
+    state = loader.state_dict()
+    del it
+    loader.load_state_dict(state)
+    assert _same(first + list(loader), five)

@@ -39,7 +39,9 @@ asked for without a usable CUDA device raises OptionError.
 """
 from __future__ import annotations
 
+import copy
 import os
+from contextlib import nullcontext
 import queue
 import threading
 import time
@@ -60,7 +62,9 @@ from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.tune import tuned_loader
 from pixfeed.machine.cpus import available_cpus
 from pixfeed.machine.world import World
-from pixfeed.seeds import crop_draws
+from pixfeed.loaders.sampler import ResumableSampler
+from pixfeed.loaders.seeding import INDEX, SeededSamples
+from pixfeed.seeds import crop_draws, seeded_by_index
 
 ENCODED, STORED = "encoded", "stored"
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -75,6 +79,11 @@ class Encoded(NamedTuple):
     plans: geometry.Plans
     labels: torch.Tensor
     heads: list  # each record's gpu.gpu_head (None: the CPU decodes it), parsed once
+
+
+class _Early(NamedTuple):
+    """A batch read and made ahead of its epoch (``DeviceStage.start_next``): the stage's ``make`` of it."""
+    made: Tuple[Any, Any]
 
 
 class Stored(NamedTuple):
@@ -114,14 +123,15 @@ class DeviceRecords(Dataset):
     def __init__(self, dataset: MapImageDataset, kind: str, staging: Optional[gpu.Staging] = None) -> None:
         self.dataset, self.kind = dataset, kind
         self.staging = staging  # stored pixels read straight into its pinned slots (in this process only)
+        self.early: Optional[Tuple[tuple, Any, _Early]] = None  # (indices, crop draws, the next epoch's first batch)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "kind", "staging"):
+        if name.startswith("__") or name in ("dataset", "kind", "staging", "early"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "staging": None}  # a worker process's copy reads into its own arrays
+        return {**self.__dict__, "staging": None, "early": None}  # a worker process's copy reads into its own arrays
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -137,6 +147,10 @@ class DeviceRecords(Dataset):
         """The batch's records and plans: every crop drawn in one vectorised step from (seed, epoch, index)
         (``seeds.crop_draws``, as the CPU path draws them), each JPEG header parsed once."""
         ds = self.dataset
+        early, self.early = self.early, None
+        if early is not None and early[0] == tuple(int(i) for i in indices) and \
+                np.array_equal(early[1], crop_draws(indices) if ds.crop == "random" else None):
+            return early[2]  # made ahead: the same records with the same draws
         slot = self._slot(len(indices)) if self.kind == STORED else None
         if slot is not None:  # copied once on the host: from the pack into the pinned slot
             return self._stored_into(indices, *slot)
@@ -151,8 +165,7 @@ class DeviceRecords(Dataset):
             w, h = np.array(sizes, np.int64).reshape(-1, 2).T
             return Encoded(records, geometry.plans(w, h, ds.size, ds.crop, draws, ds.crop_ratio), labels, heads)
         pixels = stored if isinstance(stored, np.ndarray) else np.stack([np.asarray(s) for s in stored])
-        h, w = pixels.shape[1:3]
-        return Stored(pixels, geometry.plans(w, h, ds.size, ds.crop, draws), labels)  # as ImageRecords.pixels
+        return Stored(pixels, _stored_plans(ds, pixels, draws), labels)
 
     def _slot(self, count: int) -> Optional[List[np.ndarray]]:
         """(pixels, labels, params) arrays in the staging's next pinned slot, or None: no staging (off CUDA,
@@ -168,10 +181,15 @@ class DeviceRecords(Dataset):
         ds = self.dataset
         idx, _, read = ds.read_checked(indices, out=pixels)
         labels[:] = read
-        h, w = pixels.shape[1:3]
-        plans = geometry.plans(w, h, ds.size, ds.crop, crop_draws(idx) if ds.crop == "random" else None)
+        plans = _stored_plans(ds, pixels, crop_draws(idx) if ds.crop == "random" else None)
         params[:] = gpu.plan_array(plans)
         return Stored(pixels, plans, torch.from_numpy(labels), params)
+
+
+def _stored_plans(ds: MapImageDataset, pixels: np.ndarray, draws: Optional[np.ndarray]) -> geometry.Plans:
+    """A plan for each of the stored ``pixels``, drawn or not (a center crop resized), as ImageRecords.pixels."""
+    h, w = (np.full(len(pixels), side, np.int64) for side in pixels.shape[1:3])
+    return geometry.plans(w, h, ds.size, ds.crop, draws)
 
 
 class DeviceStage:
@@ -196,6 +214,8 @@ class DeviceStage:
         self.host_seconds, self.images_made = 0.0, 0  # the reader thread's CPU time on encoded/stored batches
         self.explain: Any = None  # host µs an image -> the plan's decode_on reason, refreshed at each epoch's end
         self.plan: Any = None
+        self.loader: Any = None  # a weakref to the loader, and its DeviceRecords view: the next epoch's first batch
+        self.view: Optional[DeviceRecords] = None
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         if not self.threaded:
@@ -227,8 +247,37 @@ class DeviceStage:
                 self.host_seconds += time.thread_time() - start
                 self.images_made += len(batch.labels)
             yield made
+        try:
+            self.start_next()
+        except Exception:  # noqa: BLE001 - a guess: the next epoch reads its first batch itself
+            self.view.early = None
         if self.plan is not None and self.explain is not None and self.host_us is not None:
             self.plan.reasons["decode_on"] = self.explain(self.host_us)
+
+    def start_next(self) -> None:
+        """At an epoch's end in the reader thread (the loop still takes its last batches): read and make the
+        next epoch's first batch now, where its records and draws can be known (pixfeed's sampler, in process,
+        records seeded by index or not drawn at all).  The view hands it out only if the next epoch's first read
+        asks for exactly those records with exactly those draws: a set_epoch, a resume or another world in
+        between make it a wasted read, never a wrong batch."""
+        loader = self.loader() if self.loader is not None else None
+        view = self.view
+        if loader is None or view is None or loader.num_workers or loader.pixfeed_resume_point or \
+                loader.pixfeed_plan.on_error != "raise" or not isinstance(loader.sampler, ResumableSampler):
+            return
+        source = loader.dataset
+        seeded = isinstance(source, SeededSamples) and source.mode == INDEX
+        if not seeded and view.dataset.crop == "random":
+            return  # draws from the process's RNG: not known ahead
+        sampler = copy.copy(loader.sampler)
+        sampler.epoch, sampler.offset, sampler.hints = loader.epoch, 0, None
+        indices = [int(i) for i in sampler.indices()[:loader.batch_size]]
+        if not indices or (loader.drop_last and len(indices) < loader.batch_size):
+            return
+        with seeded_by_index(source.seed, loader.epoch) if seeded else nullcontext():
+            draws = crop_draws(indices) if view.dataset.crop == "random" else None
+            batch = view.get_batch(indices)
+        view.early = (tuple(indices), draws, _Early(self.make(batch)))
 
     @property
     def host_us(self) -> Optional[float]:
@@ -248,6 +297,8 @@ class DeviceStage:
 
     def make(self, batch: Any) -> Tuple[Any, Any]:
         """(the batch on the device, the event the consumer waits on or None)."""
+        if isinstance(batch, _Early):
+            return batch.made
         with self._lock:
             if self.device.type != "cuda":
                 return self._make(batch), None
@@ -447,6 +498,7 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
         view.staging = stage.staging  # read into its pinned slots, sent from there
     if where == "device":  # the plan's rate for the device path, measured once an epoch has been made
         stage.plan, stage.explain = plan, lambda us: f"{reason}; as measured: {rules.device_rate(kind, us)[1]}"
+        stage.loader, stage.view = weakref.ref(loader), view  # made ahead: the next epoch's first batch
     plan.device, plan.reasons["device"] = str(dev), f"batches as {dtype}, {_format_name(memory_format)}" + (
         f", normalised by mean {list(mean)} std {list(std)}" if mean is not None else "")
     if where == "device" and kind == ENCODED:  # the view reads bytes: the rules' words for stored pixels do not fit
