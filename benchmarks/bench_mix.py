@@ -3,12 +3,14 @@
     python benchmarks/bench_mix.py                     # 2 packs of 2,000 stored 256x256 images, read at 224
     python benchmarks/bench_mix.py --size 0            # read at the stored size (no crop)
     python benchmarks/bench_mix.py --weights 3 1       # a weighted mixture (epoch of as many samples)
+    python benchmarks/bench_mix.py --reads 400         # also: get_batch alone, without the loader
 
 Both are read through ``make_loader`` (in process, as the plan chooses for stored pixels) after a warm-up
 epoch, alternating, ``--reps`` epochs each; the ratios of the medians and of the best epochs' seconds per
 sample are the cost of mixing (goal: at most 1.05), by the wall clock and by this process's CPU time (which
-other jobs on a shared machine disturb less).  A mixture reads each batch with one ``get_batch`` per source, straight into
-its rows of one batch array, so the only extra work is the grouping of the batch's indices.
+other jobs on a shared machine disturb less).  A mixture reads each batch with one ``get_batch`` per source,
+each source's records in file order, straight into its rows of one batch array.  ``--reads N``: the CPU
+time of N batches read by ``get_batch`` alone (random indices, no loader), one pack against the mixture.
 """
 from __future__ import annotations
 
@@ -39,6 +41,21 @@ def per_sample(loader) -> tuple:
     return (time.perf_counter() - start) / n, (time.process_time() - cpu) / n
 
 
+def reads(one, mixture, batches: int, batch: int) -> None:
+    """CPU time per sample of ``get_batch`` alone, one pack against the mixture, batches alternating."""
+    rng = np.random.default_rng(0)
+    times = {"one pack": [], "mixture": []}
+    for _ in range(batches):
+        for name, ds in (("one pack", one), ("mixture", mixture)):
+            indices = rng.permutation(len(ds))[:batch]
+            start = time.process_time()
+            ds.get_batch(indices)
+            times[name].append((time.process_time() - start) / batch)
+    one_us, mixed_us = (statistics.median(times[name]) * 1e6 for name in ("one pack", "mixture"))
+    print(f"  get_batch alone, {batches} batches each: one pack {one_us:.2f}, mixture {mixed_us:.2f} us CPU per "
+          f"sample (median): {mixed_us / one_us:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2000, help="images per pack")
@@ -46,6 +63,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--weights", type=float, nargs=2, default=None)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reads", type=int, default=0, help="also time this many get_batch calls alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -72,6 +90,9 @@ def main() -> None:
             mixed, one = ([t[k] for t in times[name]] for name in ("mixture", "one pack"))
             print(f"  mixture / one pack, {kind}: median {statistics.median(mixed) / statistics.median(one):.3f}, "
                   f"best {min(mixed) / min(one):.3f} (goal <= 1.05)")
+        if args.reads:
+            mixture.use_seed(1)
+            reads(a, mixture, args.reads, args.batch_size)
 
 if __name__ == "__main__":
     main()

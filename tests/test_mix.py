@@ -156,7 +156,7 @@ def test_a_batch_holds_what_its_sources_read_and_a_record_seen_twice_gets_two_cr
     indices = np.random.default_rng(0).permutation(len(mixture))[:10]
     images, labels, sources = mixture.get_batch(indices)
     where, records, _ = mixture.locate(indices)
-    order = np.lexsort((_, where))  # a batch comes grouped by source
+    order = np.lexsort((records, _, where))  # a batch comes grouped by source and pass, in record order
     for image, label, s, r in zip(images, labels, sources, records[order]):
         want_image, want_label = [mmap, lmdb][int(s)][int(r)]
         assert torch.equal(image, want_image)
@@ -168,7 +168,7 @@ def test_a_batch_holds_what_its_sources_read_and_a_record_seen_twice_gets_two_cr
     where, records, passes = crops.locate(everything)
     twice = [np.flatnonzero((where == 1) & (records == r)) for r in range(6)]
     pictures = crops.get_batch(everything)[0]
-    lmdb_rows = np.flatnonzero(np.sort(where) == 1)  # the rows of source 1, in (pass, index) order
+    lmdb_rows = np.flatnonzero(np.sort(where) == 1)  # the rows of source 1, in (pass, record) order
     first, second = lmdb_rows[:6], lmdb_rows[6:]
     assert all(len(t) == 2 for t in twice)
     assert sum(not torch.equal(pictures[i], pictures[j]) for i, j in zip(first, second)) >= 4

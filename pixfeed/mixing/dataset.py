@@ -184,7 +184,7 @@ class Mixture(Mixed, Dataset):
         """One read per source of the batch, into its rows of one batch array (module docstring); the
         columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
         source, records, passes = self.locate(indices)
-        order = np.lexsort((passes, source))  # stable: by source, then pass
+        order = np.lexsort((records, passes, source))  # by source, then pass, then record: reads in file order
         source, records, passes = source[order], records[order], passes[order]
         cuts = np.flatnonzero((np.diff(source) != 0) | (np.diff(passes) != 0)) + 1
         bounds = [0, *cuts.tolist(), len(source)]
