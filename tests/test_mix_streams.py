@@ -124,3 +124,27 @@ def test_a_mixture_file_of_packs_and_refusals(packs, tmp_path):
         pixfeed.mix([open_dataset(packs / "a"), Numbers()])
     with pytest.raises(MixtureError, match=r"source 1 \(.*b\): the same dataset as source 0"):
         pixfeed.mix([open_dataset(packs / "b"), open_dataset(packs / "b")])
+
+
+def test_a_record_read_twice_in_an_epoch_gets_two_crops_and_a_source_may_take_no_share(packs):
+    crops = pixfeed.mix([open_dataset(packs / "a", size=4, crop="random"),
+                         open_dataset(packs / "b", size=4, crop="random")], repeats=[0, 2], with_source=True)
+    assert crops.quotas == [0, 12]
+    seen = epoch(make_loader(crops, BATCH, seed=SEED, num_workers=0))
+    assert len(seen) == 12 and {s for s, _, _ in seen} == {1}
+    assert len(set(seen)) > 9  # 6 records read twice: crops drawn per pass (per record only: at most 6)
+
+
+def test_a_resume_mid_epoch_with_two_workers_reads_exactly_the_rest(packs):
+    def make():
+        return make_loader(mixed(packs, counts=[10, 10]), BATCH, seed=SEED, num_workers=2)
+
+    full = epoch(make())
+    first = make()
+    batches = iter(first)
+    head = [ident(*sample) for _, batch in zip(range(3), batches) for sample in zip(*batch)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del batches
+    second = make()
+    second.load_state_dict(state)
+    assert Counter(head + epoch(second)) == Counter(full) and len(full) == 20
