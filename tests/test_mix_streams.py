@@ -3,6 +3,8 @@ by rank and worker as one pack is, resumed mid-epoch, and refused beside map-sty
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tarfile
 import json
 from collections import Counter
 
@@ -148,3 +150,21 @@ def test_a_resume_mid_epoch_with_two_workers_reads_exactly_the_rest(packs):
     second = make()
     second.load_state_dict(state)
     assert Counter(head + epoch(second)) == Counter(full) and len(full) == 20
+
+
+def test_on_error_skip_leaves_a_damaged_record_of_a_pack_out(packs, tmp_path):
+    damaged = tmp_path / "b"
+    shutil.copytree(packs / "b", damaged)
+    shard = sorted(damaged.glob("*.tar"))[0]
+    with tarfile.open(shard) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith(".npy"))
+    blob = bytearray(shard.read_bytes())
+    blob[member.offset_data + member.size - 5] ^= 0x40  # a pixel of the first image, its checksum now wrong
+    shard.write_bytes(bytes(blob))
+    mixture = pixfeed.mix([open_dataset(packs / "a"), open_dataset(damaged)], with_source=True)
+    with pytest.raises(pixfeed.errors.CorruptDataError, match=shard.name):
+        epoch(make_loader(mixture, BATCH, seed=SEED, num_workers=0))
+    loader = make_loader(mixture, BATCH, seed=SEED, num_workers=0, on_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipped a damaged record"):
+        seen = epoch(loader)
+    assert len(seen) == 17 and Counter(s for s, _, _ in seen) == {0: 12, 1: 5} and loader.pixfeed_plan.skipped == 1
