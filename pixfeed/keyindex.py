@@ -21,9 +21,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from .errors import CorruptDataError
+from .errors import CorruptDataError, PixfeedError
 from .storage.bounded import MANIFEST_BYTES, check_size, read_open
-from .storage.paths import open_inside, opened_path
+from .storage.paths import map_inside, open_inside
 
 OFFSETS, BLOB = "keys.offsets.npy", "keys.utf8"
 
@@ -87,13 +87,12 @@ def _offsets(folder: Path, rel: str, allow_links: bool = False) -> np.ndarray:
     file SpecialFileError before numpy opens it (it would block on a FIFO), a link OutsideDatasetError
     (``open_inside``: numpy maps the file that was opened and checked)."""
     path = Path(folder) / rel
-    fd = open_inside(folder, rel, allow_links)
     try:
-        offsets = np.load(opened_path(fd, path), mmap_mode="r", allow_pickle=False)
+        offsets = map_inside(folder, rel, allow_links)
+    except PixfeedError:  # a link (OutsideDatasetError), a special file: named already
+        raise
     except ValueError as e:
         raise CorruptDataError(f"{path}: not a readable key index ({e})") from None
-    finally:
-        os.close(fd)
     if offsets.ndim != 1 or offsets.dtype.kind != "u" or not len(offsets):
         raise CorruptDataError(f"{path}: the key index is {offsets.dtype} {offsets.shape}, not unsigned offsets "
                                "[count + 1]; the index is damaged")

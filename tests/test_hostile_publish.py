@@ -522,3 +522,43 @@ def test_a_pack_killed_after_its_manifest_leaves_a_dataset_that_stands(src, buck
         pixfeed.pack(src, url, "wds", shard_size=4, storage_options=so)
     assert store.list() == {k: v for k, v in left.items() if k != ".pixfeed-packing"}
     assert verify(url, storage_options=so).ok
+
+
+def swap_for_link(dst: Path, name: str, outside: Path) -> None:
+    """``dst/name`` replaced by a symbolic link to a byte-for-byte copy of it at ``outside``."""
+    outside.write_bytes((dst / name).read_bytes())
+    os.unlink(dst / name)
+    os.symlink(outside, dst / name)
+
+
+DATA_FILES = [("mmap", "pixels", "images.npy", True), ("mmap", "pixels", "images.npy", False),
+              ("mmap", "pixels", "labels.npy", True), ("mmap", "pixels", "checksums.npy", True),
+              ("mmap", "encoded", "data.bin", True), ("mmap", "encoded", "data.bin", False),
+              ("mmap", "encoded", "offsets.npy", True), ("lmdb", "pixels", "data.mdb", True),
+              ("hdf5", "pixels", "data.h5", True), ("wds", "encoded", None, True)]
+
+
+def first_sample(ds):
+    return next(iter(ds)) if ds.format == "wds" else ds[0]
+
+
+@pytest.mark.parametrize("fmt,store,name,mapped", DATA_FILES)
+def test_a_reader_opens_its_data_files_without_following_a_link_swapped_in_after_it_opened(
+        tmp_path, src, monkeypatch, fmt, store, name, mapped):
+    """open_dataset checked the folder for links; a data file swapped for a link (to a faithful copy outside)
+    after that is refused when the reader first opens it, in every format and either way the mmap reader reads
+    (mapped, or pread when the dataset does not fit in the page cache), never followed; allow_links reads it."""
+    from pixfeed.datasets import mmap as mmap_reader, open_dataset
+
+    monkeypatch.setattr(mmap_reader, "fits_in_page_cache", lambda size: mapped)
+    dst = tmp_path / "ds"
+    pixfeed.pack(src, dst, fmt, store=store, workers=1, **({"size": 8} if store == "pixels" else {}))
+    name = name or json.loads((dst / "pixfeed.json").read_text())["shards"][0]["name"]
+    ds = open_dataset(dst, shuffle=False) if fmt == "wds" else open_dataset(dst)
+    expected = first_sample(open_dataset(dst, shuffle=False) if fmt == "wds" else open_dataset(dst))
+    swap_for_link(dst, name, tmp_path / "outside")
+    with pytest.raises(pixfeed.errors.OutsideDatasetError, match="symbolic link"):
+        first_sample(ds)
+    options = {"shuffle": False} if fmt == "wds" else {}
+    image, label = first_sample(open_dataset(dst, allow_links=True, **options))
+    assert label == expected[1] and (image == expected[0]).all()

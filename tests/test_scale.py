@@ -195,8 +195,11 @@ def test_the_key_index_is_opened_once_per_process_and_never_pickled(image_tree, 
     import pickle
 
     pack(image_tree, tmp_path / "ds", "mmap", workers=1)
-    ds, loads, real = open_dataset(tmp_path / "ds"), [], np.load
-    monkeypatch.setattr(np, "load", lambda f, *a, **k: loads.append(Path(f).name) or real(f, *a, **k))
+    from pixfeed import keyindex
+
+    ds, loads, real = open_dataset(tmp_path / "ds"), [], keyindex.map_inside  # maps the file it opened, not a path
+    monkeypatch.setattr(keyindex, "map_inside",
+                        lambda root, rel, *a: loads.append(Path(rel).name) or real(root, rel, *a))
     keys = [ds.key(i) for i in range(len(ds))] * 2
     assert loads.count("keys.offsets.npy") == 1
     assert keys[:len(ds)] == json.loads((tmp_path / "ds" / "keys.json").read_text())

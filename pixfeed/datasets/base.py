@@ -140,6 +140,12 @@ class ImageRecords(FieldValues):
         """Where to read data file ``name``: its local path, or a ChunkFile through the chunk cache."""
         return ChunkFile(self.chunks) if self.chunks is not None and name == self.chunks.name else self.path / name
 
+    def open_local(self, name: str, buffering: int = 0):
+        """Local data file ``name`` opened for reading (unbuffered by default): the file ``open_inside`` opened
+        and checked (a symbolic link, even one swapped in after the constructor's scan, is OutsideDatasetError
+        unless ``allow_links``), so the bytes read are the dataset's own."""
+        return os.fdopen(open_inside(self.path, name, self.allow_links), "rb", buffering=buffering)
+
     def check_files(self) -> None:
         """Raise unless every data file is present at the size the manifest records."""
         sizes = self._sizes()

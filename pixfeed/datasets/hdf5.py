@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Optional
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError, OutsideDatasetError, PixfeedError
 from ..layouts import hdf5 as layout
-from ..storage.paths import LINKS_OPTION
+from ..storage.paths import LINKS_OPTION, open_inside, opened_path
 from ..storage.pagecache import Extents
 from .base import MapImageDataset
 
@@ -54,12 +55,25 @@ class H5ImageDataset(MapImageDataset):
         """The HDF5 dataset holding the records (pixels or encoded bytes)."""
         return layout.IMAGES if self.store == "pixels" else layout.ENCODED
 
-    def _open(self) -> dict:
+    def _file(self):
+        """``data.h5`` open read-only in h5py: through the chunk cache, or the local file ``open_inside`` opened
+        (no link followed, even one swapped in after open_dataset's scan, unless ``allow_links``), which HDF5
+        opens again as ``/proc/self/fd/N`` (``opened_path``): the very file checked, read by HDF5's own
+        driver (h5py's Python file-object driver would put a Python call in every read)."""
         import h5py
 
+        if self.chunks is not None:
+            return h5py.File(self.data_file(layout.DATA), "r")
+        fd = open_inside(self.path, layout.DATA, self.allow_links)
+        try:
+            return h5py.File(opened_path(fd, self.path / layout.DATA), "r")
+        finally:
+            os.close(fd)
+
+    def _open(self) -> dict:
         where = f"{self.path}/{layout.DATA}"
         try:
-            f = h5py.File(self.data_file(layout.DATA), "r")
+            f = self._file()
         except OSError as e:  # h5py's plain OSError for a file HDF5 cannot read
             raise CorruptDataError(f"{where}: HDF5 cannot open it ({e}); the file is damaged") from None
         try:
@@ -131,9 +145,7 @@ class H5ImageDataset(MapImageDataset):
     def record_extents(self) -> Optional[Extents]:
         """Where each record's stored bytes lie in ``data.h5`` (found when read-ahead first needs them: a
         walk over every chunk); None when the layout hides it."""
-        import h5py
-
-        with h5py.File(self.data_file(layout.DATA), "r") as f:
+        with self._file() as f:
             if not self.allow_links:
                 check_contained(f, f"{self.path}/{layout.DATA}")
             data = f[self._records_name]
@@ -146,10 +158,8 @@ class H5ImageDataset(MapImageDataset):
         record is its chunk; an encoded one its heap collection, read from the chunks of references that
         hold the records (a collection also holding records of a neighbouring chunk is undersized: a
         shorter hint, never a wrong read)."""
-        import h5py
-
         records = np.asarray(records, np.int64)
-        with h5py.File(self.data_file(layout.DATA), "r") as f:
+        with self._file() as f:
             data = f[self._records_name]
             if self.store == "pixels":
                 zeros = (0,) * (len(data.shape) - 1)

@@ -22,6 +22,7 @@ import os
 import struct
 import threading
 import weakref
+from pathlib import Path
 
 import numpy as np
 
@@ -29,13 +30,13 @@ from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError
 from ..layouts.lmdb import DATA, record_key
 from ..machine.memory import fits_in_page_cache
-from ..storage.bounded import open_regular
+from ..storage.paths import open_inside, opened_path
 from ..storage.pagecache import Extents, mapping_base, unmap_pages
 from ..record import Header, field_table, parse
 from .base import MapImageDataset
 
 _ENVS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (st_dev, st_ino) -> lmdb.Environment
-_ENDS: dict = {}  # (st_dev, st_ino) -> the address past the file's bytes in its map (mapped_end)
+_ENDS: dict = {}  # (st_dev, st_ino) -> (map's base address, the address past the file's bytes in it)
 _LOCK = threading.Lock()
 UNMAP_EVERY = 16 << 20
 LOOKUPS = 32  # record addresses looked up at once for read-ahead (py-lmdb's get releases the GIL)
@@ -47,24 +48,19 @@ _MAGIC, _VERSION, _PAGE_SIZE, _LAST_PAGE = (struct.Struct("<I"), 16), (struct.St
     (struct.Struct("<I"), 40), (struct.Struct("<Q"), 136)
 
 
-def check_meta(path: str, where: object = None) -> int:
-    """The size of the LMDB file ``path`` once both meta pages are checked against it: LMDB maps the file
-    and reads any page below the meta's last page number without a check, so a file shorter than the meta
-    claims (a truncated copy) would kill the process with SIGBUS.  CorruptDataError naming the file
-    otherwise; a FIFO or device SpecialFileError (as ``bounded.open_regular``)."""
-    where = where or path
-    fd = open_regular(path, where)
-    try:
-        size = os.fstat(fd).st_size
+def check_meta(fd: int, where: object) -> int:
+    """The size of the LMDB file open as ``fd`` once both meta pages are checked against it: LMDB maps the
+    file and reads any page below the meta's last page number without a check, so a file shorter than the
+    meta claims (a truncated copy) would kill the process with SIGBUS.  CorruptDataError naming the file
+    ``where`` otherwise."""
+    size = os.fstat(fd).st_size
 
-        def field(page: bytes, spec) -> int:
-            return spec[0].unpack_from(page, spec[1])[0]
+    def field(page: bytes, spec) -> int:
+        return spec[0].unpack_from(page, spec[1])[0]
 
-        first = os.pread(fd, 144, 0)
-        psize = field(first, _PAGE_SIZE) if len(first) == 144 else 0
-        pages = [first, os.pread(fd, 144, psize) if psize else b""]
-    finally:
-        os.close(fd)
+    first = os.pread(fd, 144, 0)
+    psize = field(first, _PAGE_SIZE) if len(first) == 144 else 0
+    pages = [first, os.pread(fd, 144, psize) if psize else b""]
     if not (psize & (psize - 1) == 0 and 512 <= psize <= 1 << 16):
         raise CorruptDataError(f"{where}: not an LMDB file (no meta page with a page size at its start; "
                                f"{size:,} bytes); the dataset is damaged")
@@ -79,29 +75,32 @@ def check_meta(path: str, where: object = None) -> int:
     return size
 
 
-def environment(path: str):
-    """The process's read-only environment of the LMDB file ``path``, its meta pages checked first
-    (``check_meta``); LMDB's own errors on a damaged file a CorruptDataError naming it."""
+def environment(root: Path, allow_links: bool = False) -> tuple:
+    """(environment, map's base address, address past the bytes the file backs) of the process's read-only
+    environment of ``root``'s data.mdb: the file ``open_inside`` opened (no link followed, even one swapped
+    in after open_dataset's scan, unless ``allow_links``), its meta pages checked (``check_meta``), and
+    LMDB made to open that very file (``opened_path``); LMDB's own errors a CorruptDataError naming it."""
     import lmdb
 
-    st = os.stat(path)
-    with _LOCK:
-        env = _ENVS.get((st.st_dev, st.st_ino))
-        if env is None:
-            size = check_meta(path)
-            try:
-                env = lmdb.open(path, subdir=False, readonly=True, lock=False, readahead=False, meminit=False)
-            except lmdb.Error as e:
-                raise CorruptDataError(f"{path}: LMDB cannot open it ({e}); the file is damaged") from None
-            _ENVS[st.st_dev, st.st_ino] = env
-            _ENDS[st.st_dev, st.st_ino] = mapping_base(path) + min(size, env.info()["map_size"])
-    return env
-
-
-def mapped_end(path: str) -> int:
-    """The address past the last byte of ``path``'s map that the file backs (its environment open)."""
-    st = os.stat(path)
-    return _ENDS[st.st_dev, st.st_ino]
+    path = Path(root) / DATA
+    fd = open_inside(root, DATA, allow_links)
+    try:
+        st = os.fstat(fd)
+        with _LOCK:
+            env = _ENVS.get((st.st_dev, st.st_ino))
+            if env is None:
+                size = check_meta(fd, path)
+                opened = opened_path(fd, path)
+                try:
+                    env = lmdb.open(opened, subdir=False, readonly=True, lock=False, readahead=False, meminit=False)
+                except lmdb.Error as e:
+                    raise CorruptDataError(f"{path}: LMDB cannot open it ({e}); the file is damaged") from None
+                base = mapping_base(opened)
+                _ENVS[st.st_dev, st.st_ino] = env
+                _ENDS[st.st_dev, st.st_ino] = base, base + min(size, env.info()["map_size"])
+            return (env, *_ENDS[st.st_dev, st.st_ino])
+    finally:
+        os.close(fd)
 
 
 def _close_inherited() -> None:
@@ -127,8 +126,7 @@ class LmdbImageDataset(MapImageDataset):
     _mapped = 0  # bytes read through the map since its pages were last dropped
 
     def _open(self):
-        env = environment(str(self.path / DATA))
-        self._end = mapped_end(str(self.path / DATA))
+        env, _, self._end = environment(self.path, self.allow_links)
         return env
 
     def read_stored(self, indices: np.ndarray):
@@ -182,8 +180,8 @@ class LmdbImageDataset(MapImageDataset):
     def _value_ranges(self, records: np.ndarray) -> tuple:
         path = self.path / DATA
         starts, lengths = np.empty(len(records), np.int64), np.empty(len(records), np.int64)
-        with environment(str(path)).begin(buffers=True) as txn:
-            base, end = mapping_base(path), mapped_end(str(path))
+        env, base, end = environment(self.path, self.allow_links)
+        with env.begin(buffers=True) as txn:
             for j, i in enumerate(np.asarray(records).tolist()):
                 value = txn.get(record_key(i))
                 if value is None:

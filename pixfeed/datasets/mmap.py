@@ -27,10 +27,11 @@ from ..image import buffers as batchbuffers
 from ..checksum import record_hash
 from ..storage.bounded import IMAGE_BYTES
 from ..storage.chunkfile import npy_layout, read_at, readinto_at
-from ..errors import CorruptDataError
+from ..errors import CorruptDataError, PixfeedError
 from ..layouts import mmap as layout
 from ..machine.memory import fits_in_page_cache
 from ..storage.pagecache import Extents
+from ..storage.paths import map_inside
 from .base import MapImageDataset
 
 
@@ -55,10 +56,10 @@ class MmapImageDataset(MapImageDataset):
             arrays["base"] = self._checked_header(arrays["file"]) if self.store == "pixels" else 0
         elif fits_in_page_cache(sum(meta["bytes"] for meta in self.manifest["files"].values())):
             mapped = self._load(name, (n, *self.stored_shape), "u1") if self.store == "pixels" else \
-                np.memmap(self.path / name, np.uint8, "r")
+                map_inside(self.path, name, self.allow_links, npy=False)
             arrays["map"] = mapped.view(np.ndarray)  # slices of a memmap cost 11 us each in its __array_finalize__
         else:
-            arrays["file"] = open(self.path / name, "rb", buffering=0)
+            arrays["file"] = self.open_local(name)
             arrays["base"] = self._load(name, (n, *self.stored_shape), "u1").offset if self.store == "pixels" else 0
         return arrays
 
@@ -68,7 +69,9 @@ class MmapImageDataset(MapImageDataset):
         CorruptDataError naming it, not an IndexError or a silent cast later."""
         path = self.path / name
         try:
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            array = map_inside(self.path, name, self.allow_links)  # the file checked is the file mapped
+        except PixfeedError:  # a link (OutsideDatasetError), a special file: named already
+            raise
         except (ValueError, EOFError) as e:  # not a .npy, a pickle, a header that does not parse, too short
             raise CorruptDataError(f"{path}: not a NumPy array file pixfeed can read ({e}); the dataset is "
                                    "damaged") from None
@@ -152,13 +155,12 @@ class MmapImageDataset(MapImageDataset):
         cache = self.handle.setdefault("fields", {})
         if name not in cache:
             path = lambda part: self.path / layout.field_file(name, part)  # noqa: E731
-            load = lambda part: np.load(path(part), mmap_mode="r", allow_pickle=False)  # noqa: E731
+            load = lambda part, npy=True: map_inside(self.path, layout.field_file(name, part),  # noqa: E731
+                                                     self.allow_links, npy)
             if path("npy").is_file():
                 cache[name] = load("npy"), None, load("checksums")
             else:
-                size = path("bin").stat().st_size
-                data = np.memmap(path("bin"), np.uint8, "r").view(np.ndarray) if size else np.zeros(0, np.uint8)
-                cache[name] = data, load("offsets"), load("checksums")
+                cache[name] = load("bin", False).view(np.ndarray), load("offsets"), load("checksums")
         return cache[name]
 
     def _checked_read(self, h: dict, i: int, read, check: bool, expected):
@@ -210,7 +212,8 @@ class MmapImageDataset(MapImageDataset):
                 shape = (self.manifest["count"], *self.stored_shape)
                 offset = self._checked_header(self.data_file(layout.IMAGES))
             else:
-                shape, offset = npy_layout(self.data_file(layout.IMAGES))
+                with self.open_local(layout.IMAGES) as f:
+                    shape, offset = npy_layout(f)
             row = int(np.prod(shape[1:]))
 
             def rows(records: np.ndarray) -> tuple:  # arithmetic: nothing per record kept
@@ -218,20 +221,20 @@ class MmapImageDataset(MapImageDataset):
                 return starts, np.full(len(starts), row, np.int64)
             return Extents(self.path / layout.IMAGES, whole=meta, ranges=rows, count=shape[0],
                            mean_length=float(row))
-        offsets = self.path / layout.OFFSETS
-        return self.lazy_extents(layout.DATA, OffsetRanges(offsets), [*meta, offsets])
+        return self.lazy_extents(layout.DATA, OffsetRanges(self.path, layout.OFFSETS, self.allow_links),
+                                 [*meta, self.path / layout.OFFSETS])
 
 
 class OffsetRanges:
     """(starts, lengths) of records from the memory-mapped ``offsets.npy`` (mapped when first asked:
     shared pages, nothing per record copied)."""
 
-    def __init__(self, path) -> None:
-        self.path, self.offsets = path, None
+    def __init__(self, root, name: str, allow_links: bool = False) -> None:
+        self.where, self.offsets = (root, name, allow_links), None
 
     def __call__(self, records: np.ndarray) -> tuple:
         if self.offsets is None:
-            offsets = np.load(self.path, mmap_mode="r", allow_pickle=False)
+            offsets = map_inside(*self.where)
             self.offsets = offsets.view(np.int64) if offsets.dtype == np.uint64 else offsets
         records = np.asarray(records, np.int64)
         starts = self.offsets[records].astype(np.int64)

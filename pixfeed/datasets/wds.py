@@ -89,6 +89,7 @@ from ..sources import _tarwalk
 from ..storage.bounded import IMAGE_BYTES, check_size, load_npy
 from ..storage.store import join
 from ..storage.options import mask
+from ..storage.paths import open_inside
 from ..machine.world import World
 from .base import ImageRecords
 
@@ -261,7 +262,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
                 if s not in files:
                     if len(files) == 64:  # a shuffled task's records come from every shard
                         files = _close(files)
-                    files[s] = os.open(self._joined[s], os.O_RDONLY)
+                    files[s] = open_inside(self.path, self.shards[s]["name"], self.allow_links)
                 data = os.pread(files[s], size, offset)
                 if len(data) != size:
                     raise CorruptDataError(f"{self.where(i)}: the shard ends inside its image member (truncated)")
@@ -306,7 +307,7 @@ class WdsImageDataset(ImageRecords, IterableDataset):
         """The shards' files in reading order: local files, or from a URL sequential GETs with
         read-ahead, the next shard opened and its first block fetched while this one is read."""
         if self.remote is None:
-            return (open(paths[s], "rb") for s in shards)
+            return (self.open_local(self.shards[s]["name"], -1) for s in shards)  # the files checked, no link
         return self.remote.open_ahead([self.shards[s]["name"] for s in shards])
 
     def _shard(self, path, stop: int, count: int, stream, wanted, sized=()) -> Iterator[Optional[dict]]:

@@ -75,8 +75,8 @@ def read_at(f, n: int, offset: int) -> bytes:
 
 
 def npy_layout(source) -> tuple:
-    """(shape, data offset) of a ``.npy`` file, a local path or a ChunkFile (its header only)."""
-    f = source if isinstance(source, ChunkFile) else open(source, "rb")
+    """(shape, data offset) of a ``.npy`` file, a local path or an open file (a ChunkFile; its header only)."""
+    f = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source
     try:
         f.seek(0)
         version = np.lib.format.read_magic(f)

@@ -8,7 +8,8 @@
 * ``check_dataset_links(root)``: a local dataset holds no symbolic link (one could point a read at
   any file of the machine); ``allow_links`` accepts them.
 * ``open_inside(root, rel)``: a dataset file opened part by part with ``O_NOFOLLOW``, so the file
-  read is the file checked (a link swapped in after a check is refused, not followed).
+  read is the file checked (a link swapped in after a check is refused, not followed); ``map_inside``
+  memory-maps a file so opened, ``opened_path`` names an opened file for a library that opens by path.
 * ``check_cache_dir(folder)`` / ``make_private_dir(folder)`` / ``open_nofollow(path, flags)`` /
   ``check_no_links(root, rel)``: the node-local cache of bucket datasets is this user's alone (owned
   by them, writable by nobody else), created 0700, and no file of it is opened through a link.
@@ -160,6 +161,24 @@ def opened_path(fd: int, path) -> str:
     names by then."""
     proc = f"/proc/self/fd/{fd}"
     return proc if os.path.exists(proc) else str(path)
+
+
+def map_inside(root: Path, rel: str, allow_links: bool = False, npy: bool = True):
+    """The dataset file ``root/rel`` memory-mapped read-only from the file ``open_inside`` opened and checked
+    (no link followed unless ``allow_links``): a .npy array as ``numpy.load(mmap_mode="r")`` gives it
+    (ValueError or EOFError where it is not one), else its bytes as a uint8 memmap (an empty file: an
+    empty array, which mmap cannot give).  The descriptor is closed once mapped."""
+    import numpy as np
+
+    fd = open_inside(root, rel, allow_links)
+    try:
+        if npy:
+            return np.load(opened_path(fd, Path(root) / rel), mmap_mode="r", allow_pickle=False)
+        if not os.fstat(fd).st_size:
+            return np.zeros(0, np.uint8)
+        return np.memmap(opened_path(fd, Path(root) / rel), np.uint8, "r")
+    finally:
+        os.close(fd)
 
 
 def target(link) -> str:
