@@ -562,3 +562,52 @@ def test_a_reader_opens_its_data_files_without_following_a_link_swapped_in_after
     options = {"shuffle": False} if fmt == "wds" else {}
     image, label = first_sample(open_dataset(dst, allow_links=True, **options))
     assert label == expected[1] and (image == expected[0]).all()
+
+
+@pytest.mark.parametrize("which", ["data", "whole"])
+def test_read_ahead_never_waits_on_a_fifo_swapped_in_for_a_data_file(tmp_path, which):
+    """The read-ahead thread opens the files it hints about as the readers do: a FIFO in place of the data
+    file (or of labels.npy, hinted whole) is refused at once, not opened and waited on for ever."""
+    import numpy as np
+
+    from pixfeed.loaders.readahead import _Requests
+    from pixfeed.storage.pagecache import Extents
+
+    fifo, data = tmp_path / "fifo", tmp_path / "data.bin"
+    os.mkfifo(fifo)
+    data.write_bytes(b"x" * 64)
+    extents = Extents(fifo if which == "data" else data, np.zeros(4, np.int64), np.ones(4, np.int64),
+                      whole=[fifo] if which == "whole" else [])
+    hints = _Requests(extents, np.arange(4), 1 << 20, None)
+    hints.start()
+    hints.join(timeout=60)
+    assert not hints.is_alive()
+
+
+def test_a_repack_sizes_its_reservation_by_the_data_file_it_opened_not_a_link_swapped_in(tmp_path, src, reserved,
+                                                                                          monkeypatch):
+    """offsets.npy claims 32 MiB for a record of a few KB and data.bin is swapped, after the source was opened
+    and its labels read, for a link to a 32 MiB file outside: the repack refuses the link before it reserves
+    what the outside file's size would have let the offsets claim."""
+    import numpy as np
+
+    from pixfeed.packers import fromdataset
+
+    old = tmp_path / "old"
+    pixfeed.pack(src, old, "mmap", store="encoded", workers=1)
+    offsets = np.load(old / "offsets.npy")
+    offsets[-1] = 32 << 20
+    np.save(old / "offsets.npy", offsets)
+    with open(tmp_path / "outside", "wb") as f:
+        f.truncate(32 << 20)
+    real = fromdataset._sizes
+
+    def swap_then_read(*args):
+        os.unlink(old / "data.bin")
+        os.symlink(tmp_path / "outside", old / "data.bin")
+        return real(*args)
+    monkeypatch.setattr(fromdataset, "_sizes", swap_then_read)
+    reserved.clear()
+    with pytest.raises(pixfeed.errors.OutsideDatasetError, match="symbolic link"):
+        pixfeed.pack(old, tmp_path / "new", "mmap", workers=1)
+    assert max(reserved, default=0) < 1 << 20 and not (tmp_path / "new").exists()

@@ -43,6 +43,7 @@ import numpy as np
 
 from pixfeed.errors import PixfeedError
 from pixfeed.loaders.order import as_ints
+from pixfeed.storage.bounded import open_regular
 from pixfeed.storage.pagecache import Extents, dont_need, will_need
 
 REFILLS = 8  # the budget is topped up in steps of 1/REFILLS of it
@@ -97,8 +98,8 @@ class _Requests(threading.Thread):
     def run(self) -> None:
         try:
             _request_whole(self.extents.whole)
-            fd = os.open(self.extents.path, os.O_RDONLY)
-        except OSError:
+            fd = open_regular(self.extents.path)  # a FIFO swapped in is refused, never waited on
+        except (OSError, PixfeedError):
             return  # nothing to request from: the reader names what is missing
         try:
             while not self.stopped and self.hinted < len(self.idx):
@@ -152,7 +153,7 @@ class _Requests(threading.Thread):
 
 def _request_whole(paths: List) -> None:
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
         finally:

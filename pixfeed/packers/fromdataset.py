@@ -118,17 +118,18 @@ def _sizes(ds, n: int) -> np.ndarray:
     bytes."""
     extents = ds.record_extents() if ds.store == "encoded" and hasattr(ds, "record_extents") else None
     if extents is not None and extents.lengths is not None:
-        return _within(extents)
+        with ds.open_local(os.path.relpath(extents.path, ds.path)) as f:  # the file read, not a link swapped in
+            return _within(extents, os.fstat(f.fileno()).st_size)
     stored = sum(meta["bytes"] for meta in ds.manifest["files"].values())
     return np.full(n, stored // max(n, 1), np.int64)
 
 
-def _within(extents) -> np.ndarray:
-    """The record lengths of ``extents``, each record checked to lie within its data file: they size the
-    new pack's file and the disk it reserves, and a dataset's offsets are input (100 GiB claimed for a
-    1 KB data.bin reserved 100 GiB).  CorruptDataError naming the first record that does not."""
+def _within(extents, size: int) -> np.ndarray:
+    """The record lengths of ``extents``, each record checked to lie within its data file's ``size`` bytes
+    (of the file opened, not a link swapped in): they size the new pack's file and the disk it reserves,
+    and a dataset's offsets are input (100 GiB claimed for a 1 KB data.bin reserved 100 GiB).
+    CorruptDataError naming the first record that does not."""
     starts, lengths = np.asarray(extents.starts, np.int64), np.asarray(extents.lengths, np.int64)
-    size = os.stat(extents.path).st_size
     bad = np.flatnonzero((starts < 0) | (lengths < 0) | (starts > size) | (lengths > size - starts))
     if len(bad):
         i = int(bad[0])
