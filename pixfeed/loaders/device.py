@@ -216,6 +216,7 @@ class DeviceStage:
         self.plan: Any = None
         self.loader: Any = None  # a weakref to the loader, and its DeviceRecords view: the next epoch's first batch
         self.view: Optional[DeviceRecords] = None
+        self._read_all = False
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         if not self.threaded:
@@ -227,7 +228,8 @@ class DeviceStage:
                 pass
         feed = DeviceFeed(self, batches)
         self._feed = weakref.proxy(feed)  # not kept alive here: dropped by the loop, it closes
-        self._jobs.put((feed.ahead, self._timed(batches)))  # the feed itself is not kept
+        following = self.following()
+        self._jobs.put((feed.ahead, self._timed(batches), lambda: self.after_epoch(following)))  # not the feed
         if self._thread is None or not self._thread.is_alive():  # one for the loader's lifetime
             self._thread = threading.Thread(target=_read, args=(self._jobs,), name="pixfeed-device", daemon=True)
             self._thread.start()
@@ -247,34 +249,48 @@ class DeviceStage:
                 self.host_seconds += time.thread_time() - start
                 self.images_made += len(batch.labels)
             yield made
-        try:
-            self.start_next()
-        except Exception:  # noqa: BLE001 - a guess: the next epoch reads its first batch itself
-            self.view.early = None
+        self._read_all = True  # the next epoch's first batch may be made ahead (after_epoch)
         if self.plan is not None and self.explain is not None and self.host_us is not None:
             self.plan.reasons["decode_on"] = self.explain(self.host_us)
 
-    def start_next(self) -> None:
-        """At an epoch's end in the reader thread (the loop still takes its last batches): read and make the
-        next epoch's first batch now, where its records and draws can be known (pixfeed's sampler, in process,
-        records seeded by index or not drawn at all).  The view hands it out only if the next epoch's first read
-        asks for exactly those records with exactly those draws: a set_epoch, a resume or another world in
-        between make it a wasted read, never a wrong batch."""
+    def after_epoch(self, following: Optional[tuple]) -> None:
+        """In the reader thread, once an epoch's end is handed to the loop: the following epoch started ahead."""
+        if self._read_all:
+            self._read_all = False
+            try:
+                self.start_next(following)
+            except Exception:  # noqa: BLE001 - a guess: the next epoch reads its first batch itself
+                self.view.early = None
+
+    def following(self) -> Optional[tuple]:
+        """When an epoch starts (in the loop's thread): what the one after it would read first, if it can be known
+        (pixfeed's sampler, reads in process, records seeded by index or not drawn at all): (a copy of the
+        sampler for that epoch, its number, the seed or None), else None."""
         loader = self.loader() if self.loader is not None else None
-        view = self.view
-        if loader is None or view is None or loader.num_workers or loader.pixfeed_resume_point or \
-                loader.pixfeed_plan.on_error != "raise" or not isinstance(loader.sampler, ResumableSampler):
-            return
+        if loader is None or self.view is None or loader.num_workers or loader.pixfeed_plan.on_error != "raise" or \
+                not isinstance(loader.sampler, ResumableSampler):
+            return None
         source = loader.dataset
         seeded = isinstance(source, SeededSamples) and source.mode == INDEX
-        if not seeded and view.dataset.crop == "random":
-            return  # draws from the process's RNG: not known ahead
+        if not seeded and self.view.dataset.crop == "random":
+            return None  # draws from the process's RNG: not known ahead
         sampler = copy.copy(loader.sampler)
-        sampler.epoch, sampler.offset, sampler.hints = loader.epoch, 0, None
-        indices = [int(i) for i in sampler.indices()[:loader.batch_size]]
-        if not indices or (loader.drop_last and len(indices) < loader.batch_size):
+        sampler.epoch, sampler.offset, sampler.hints = loader.epoch, 0, None  # loader.epoch: the next one's
+        return sampler, loader.epoch, source.seed if seeded else None, loader.batch_size, loader.drop_last
+
+    def start_next(self, following: Optional[tuple]) -> None:
+        """At an epoch's end in the reader thread (the loop still takes its last batches): read and make the
+        next epoch's first batch now.  The view hands it out only if the next epoch's first read asks for
+        exactly those records with exactly those draws: a set_epoch, a resume or another world in between
+        make it a wasted read, never a wrong batch."""
+        if following is None:
             return
-        with seeded_by_index(source.seed, loader.epoch) if seeded else nullcontext():
+        sampler, epoch, seed, batch_size, drop_last = following
+        indices = [int(i) for i in sampler.indices()[:batch_size]]
+        if not indices or (drop_last and len(indices) < batch_size):
+            return
+        view = self.view
+        with seeded_by_index(seed, epoch) if seed is not None else nullcontext():
             draws = crop_draws(indices) if view.dataset.crop == "random" else None
             batch = view.get_batch(indices)
         view.early = (tuple(indices), draws, _Early(self.make(batch)))
@@ -369,17 +385,18 @@ def _streamed(batch: Any, stream: Any) -> None:
             _streamed(v, stream)
 
 
-def _read(jobs: "queue.Queue[Optional[Tuple[_Ahead, Iterator[Any]]]]") -> None:
+def _read(jobs: "queue.Queue[Any]") -> None:
     """The stage's reader thread: each epoch's batches made in turn, until the stage is gone (None).  It holds
     the queue and the epoch's pipe, not the stage nor the feed: the loop dropping a feed closes it."""
     while True:
         job = jobs.get()
         if job is None:
             return
-        ahead, made = job
+        ahead, made, after = job
         if not ahead._stop.is_set():
             ahead._fill(made)
-        del job, ahead, made
+            after()
+        del job, ahead, made, after
 
 
 class _Ahead(ReadAhead):
