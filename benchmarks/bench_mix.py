@@ -4,6 +4,7 @@
     python benchmarks/bench_mix.py --size 0            # read at the stored size (no crop)
     python benchmarks/bench_mix.py --weights 3 1       # a weighted mixture (epoch of as many samples)
     python benchmarks/bench_mix.py --reads 400         # also: get_batch alone, without the loader
+    python benchmarks/bench_mix.py --format wds --side 64 --size 0   # WebDataset packs (interleaved streams)
 
 Both are read through ``make_loader`` (in process, as the plan chooses for stored pixels) after a warm-up
 epoch, alternating, ``--reps`` epochs each; the ratios of the medians and of the best epochs' seconds per
@@ -26,11 +27,12 @@ import pixfeed
 from pixfeed.packers import pack_samples
 
 
-def make_pack(path: Path, count: int, seed: int) -> None:
+def make_pack(path: Path, count: int, seed: int, fmt: str = "mmap", side: int = 256) -> None:
     rng = np.random.default_rng(seed)
-    base = rng.integers(0, 256, (16, 256, 256, 3), dtype=np.uint8)  # a few distinct images, cheap to make
-    pack_samples(({"image": base[i % 16], "label": f"c{i % 10}"} for i in range(count)), path, "mmap",
-                 store="pixels", workers=1, progress=False)
+    base = rng.integers(0, 256, (16, side, side, 3), dtype=np.uint8)  # a few distinct images, cheap to make
+    shards = {"shard_size": 100} if fmt == "wds" else {}
+    pack_samples(({"image": base[i % 16], "label": f"c{i % 10}"} for i in range(count)), path, fmt,
+                 store="pixels", workers=1, progress=False, **shards)
 
 
 def per_sample(loader) -> tuple:
@@ -59,28 +61,32 @@ def reads(one, mixture, batches: int, batch: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=2000, help="images per pack")
-    parser.add_argument("--size", type=int, default=224, help="read size (0: as stored, 256)")
+    parser.add_argument("--size", type=int, default=224, help="read size (0: as stored)")
+    parser.add_argument("--side", type=int, default=256, help="stored images: side x side")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--weights", type=float, nargs=2, default=None)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--reads", type=int, default=0, help="also time this many get_batch calls alone")
+    parser.add_argument("--format", choices=("mmap", "wds"), default="mmap",
+                        help="wds: a StreamMixture, both read with num_workers=0 (this process's CPU time)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        make_pack(root / "a", args.count, 0)
-        make_pack(root / "b", args.count, 1)
+        make_pack(root / "a", args.count, 0, args.format, args.side)
+        make_pack(root / "b", args.count, 1, args.format, args.side)
         options = {"size": args.size} if args.size else {}
         a, b = (pixfeed.open_dataset(root / name, **options) for name in "ab")
         mixture = pixfeed.mix([a, b], args.weights)
-        loaders = {"one pack": pixfeed.make_loader(a, args.batch_size, seed=1),
-                   "mixture": pixfeed.make_loader(mixture, args.batch_size, seed=1)}
+        workers = {"num_workers": 0} if args.format == "wds" else {}
+        loaders = {"one pack": pixfeed.make_loader(a, args.batch_size, seed=1, **workers),
+                   "mixture": pixfeed.make_loader(mixture, args.batch_size, seed=1, **workers)}
         times = {name: [] for name in loaders}
         for loader in loaders.values():
             per_sample(loader)  # warm: page cache, batch buffers
         for _ in range(args.reps):
             for name, loader in loaders.items():
                 times[name].append(per_sample(loader))
-        print(f"{args.count:,} images per pack, read at {args.size or 'the stored size'}, batch {args.batch_size}, "
+        print(f"{args.format}: {args.count:,} images per pack, read at {args.size or 'the stored size'}, batch {args.batch_size}, "
               f"{args.reps} epochs each, alternating; median (best) us per sample")
         for name in loaders:
             wall, cpu = ([t[k] for t in times[name]] for k in (0, 1))
@@ -90,7 +96,7 @@ def main() -> None:
             mixed, one = ([t[k] for t in times[name]] for name in ("mixture", "one pack"))
             print(f"  mixture / one pack, {kind}: median {statistics.median(mixed) / statistics.median(one):.3f}, "
                   f"best {min(mixed) / min(one):.3f} (goal <= 1.05)")
-        if args.reads:
+        if args.reads and args.format == "mmap":
             mixture.use_seed(1)
             reads(a, mixture, args.reads, args.batch_size)
 

@@ -98,6 +98,8 @@ class Mixed:
 
     def _relabel(self, sample: Any, source: int) -> Any:
         table = self._tables[source]
+        if table is None and not self.with_source:
+            return sample
         if isinstance(sample, dict):
             if table is not None and "label" in sample:
                 sample["label"] = int(table[sample["label"]])
