@@ -47,7 +47,6 @@ class StreamMixture(Mixed, IterableDataset):
         super().__init__(sources, weights, streams=True, **options)
         self.shuffle = shuffle
         self.buffer = max(getattr(s, "buffer", 0) for s in self.sources) if buffer is None else int(buffer)
-        self.rank = self.world_size = 0
         self._follow_world()
         self.worker_batch = 1  # samples a DataLoader worker collates together (make_loader: its batch_size)
         self._resume = None
