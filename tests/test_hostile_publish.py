@@ -611,3 +611,24 @@ def test_a_repack_sizes_its_reservation_by_the_data_file_it_opened_not_a_link_sw
     with pytest.raises(pixfeed.errors.OutsideDatasetError, match="symbolic link"):
         pixfeed.pack(old, tmp_path / "new", "mmap", workers=1)
     assert max(reserved, default=0) < 1 << 20 and not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_doctor_s_storage_check_refuses_a_data_file_that_is_a_device_or_fifo(tmp_path, special):
+    """pixfeed doctor reads a dataset's files to time its storage: a data file that is (a link to) /dev/zero
+    read for ever, a FIFO blocked; both are refused by name at once (run in a child, killed if it hangs)."""
+    target = tmp_path / "fifo"
+    os.mkfifo(target)
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    (dataset / "data.bin").symlink_to(special if special == "/dev/zero" else target)
+    done = run_child(f"""
+        from pixfeed.errors import SpecialFileError
+        from pixfeed.storage.pagecache import read_rate
+        for cold in (False, True):
+            try:
+                read_rate([{str(dataset / "data.bin")!r}], cold=cold)
+            except SpecialFileError as e:
+                print("refused:", e)
+    """)
+    assert done.returncode == 0 and done.stdout.count("refused:") == 2 and "data.bin" in done.stdout, done

@@ -27,6 +27,8 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from .bounded import open_regular
+
 CHUNK = 8 << 20
 _PAGE = mmap.PAGESIZE
 _WINDOW = 16  # pages per sampled run (resident_fraction with windows)
@@ -133,7 +135,7 @@ def unmap_pages(path: Path) -> None:
 def evict(files: Iterable[Path]) -> None:
     """Ask the kernel to drop ``files`` from the page cache."""
     for path in files:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_regular(path)  # a FIFO is refused, not waited on
         try:
             os.fsync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -149,13 +151,15 @@ def _libc() -> ctypes.CDLL:
 def _resident_pages(path: Path, libc, windows: Optional[int]) -> tuple:
     """(resident, checked) pages of ``path``: every page, or ``windows`` evenly spaced runs of
     ``_WINDOW`` pages when the file has more (``mincore`` costs ~20 ms a GB over every page)."""
-    size = path.stat().st_size
-    if size == 0:
-        return 0, 0
+    with os.fdopen(open_regular(path), "rb") as f:  # a FIFO is refused, not waited on
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return 0, 0
+        m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
     pages = -(-size // _PAGE)
     spans = [(0, pages)] if windows is None or pages <= windows * _WINDOW else \
         [(k * (pages - _WINDOW) // (windows - 1), _WINDOW) for k in range(windows)]
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
+    with m:
         addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
         resident = 0
         for first, count in spans:
@@ -199,12 +203,13 @@ def _read_all(files: List[Path]) -> Tuple[int, float]:
     total, slowest = 0, 0.0
     buf = bytearray(CHUNK)
     for path in files:
-        with open(path, "rb", buffering=0) as f:
-            while True:
+        with os.fdopen(open_regular(path), "rb", buffering=0) as f:  # a FIFO or device refused, never read
+            left = os.fstat(f.fileno()).st_size  # no more than the file held when opened (one that grows ends)
+            while left > 0:
                 start = time.perf_counter()
-                n = f.readinto(buf)
+                n = f.readinto(memoryview(buf)[:min(len(buf), left)])
                 slowest = max(slowest, time.perf_counter() - start)
                 if not n:
                     break
-                total += n
+                total, left = total + n, left - n
     return total, slowest
