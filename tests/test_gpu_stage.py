@@ -247,3 +247,15 @@ def test_a_batch_made_ahead_is_not_used_for_another_epoch_or_a_resume(pixels):
     del it
     loader.load_state_dict(state)
     assert _same(first + list(loader), five)
+
+
+def test_only_the_stages_thread_reads_into_the_slots(pixels):
+    """The watchdog's reader thread (cold storage) reads into its own arrays: an epoch left early may leave
+    its read running while the next epoch's take the ring's slots."""
+    view = DeviceRecords(open_dataset(pixels, size=SIZE, crop="random"), "stored", SlotStaging())
+    view.reader = threading.Thread(target=lambda: None)  # another thread's
+    batch = view.get_batch([0, 1])
+    assert view.staging._reserved is None and batch.params is None
+    view.reader = threading.current_thread()
+    batch = view.get_batch([0, 1])
+    assert batch.params is not None and gpu._placed(batch.pixels, view.staging.buffers[view.staging._reserved], 0)

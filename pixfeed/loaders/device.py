@@ -123,15 +123,16 @@ class DeviceRecords(Dataset):
     def __init__(self, dataset: MapImageDataset, kind: str, staging: Optional[gpu.Staging] = None) -> None:
         self.dataset, self.kind = dataset, kind
         self.staging = staging  # stored pixels read straight into its pinned slots (in this process only)
+        self.reader: Optional[threading.Thread] = None  # the one thread that may (the stage's), None: any
         self.early: Optional[Tuple[tuple, Any, _Early]] = None  # (indices, crop draws, the next epoch's first batch)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("dataset", "kind", "staging", "early"):
+        if name.startswith("__") or name in ("dataset", "kind", "staging", "early", "reader"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "staging": None, "early": None}  # a worker process's copy reads into its own arrays
+        return {**self.__dict__, "staging": None, "early": None, "reader": None}  # a worker's copy: its own arrays
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -169,9 +170,12 @@ class DeviceRecords(Dataset):
 
     def _slot(self, count: int) -> Optional[List[np.ndarray]]:
         """(pixels, labels, params) arrays in the staging's next pinned slot, or None: no staging (off CUDA,
-        a worker process), or a dataset that cannot gather its stored pixels into a given array."""
+        a worker process), a dataset that cannot gather its stored pixels into a given array, or a thread other
+        than the stage's (the watchdog's reader thread: an epoch left early may leave its read running, and a
+        slot must not be written by two)."""
         ds = self.dataset
-        if self.staging is None or not ds.reads_into or get_worker_info() is not None:
+        if self.staging is None or not ds.reads_into or get_worker_info() is not None or \
+                (self.reader is not None and threading.current_thread() is not self.reader):
             return None
         return self.staging.reserve([((count, *ds.stored_shape), np.uint8), ((count,), np.int64),
                                      ((count, 9), np.int64)])
@@ -232,6 +236,8 @@ class DeviceStage:
         self._jobs.put((feed.ahead, self._timed(batches), lambda: self.after_epoch(following)))  # not the feed
         if self._thread is None or not self._thread.is_alive():  # one for the loader's lifetime
             self._thread = threading.Thread(target=_read, args=(self._jobs,), name="pixfeed-device", daemon=True)
+            if self.view is not None:
+                self.view.reader = self._thread  # reads into the pinned slots in this thread only
             self._thread.start()
         return feed
 
