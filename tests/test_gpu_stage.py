@@ -259,3 +259,13 @@ def test_only_the_stages_thread_reads_into_the_slots(pixels):
     view.reader = threading.current_thread()
     batch = view.get_batch([0, 1])
     assert batch.params is not None and gpu._placed(batch.pixels, view.staging.buffers[view.staging._reserved], 0)
+
+
+def test_nothing_is_made_ahead_where_a_read_may_wait_on_storage(pixels):
+    """The watchdog's reader thread bounds every read's wait (cold storage); a read made ahead in the stage's
+    own thread would not be bounded, so none is."""
+    loader = device_path(open_dataset(pixels, size=SIZE, crop="random"), 6, seed=4)
+    stage = loader.pixfeed_device
+    assert stage.following() is not None
+    loader.pixfeed_plan.reader_thread = True
+    assert stage.following() is None

@@ -274,8 +274,8 @@ class DeviceStage:
         sampler for that epoch, its number, the seed or None), else None."""
         loader = self.loader() if self.loader is not None else None
         if loader is None or self.view is None or loader.num_workers or loader.pixfeed_plan.on_error != "raise" or \
-                not isinstance(loader.sampler, ResumableSampler):
-            return None
+                loader.pixfeed_plan.reader_thread or not isinstance(loader.sampler, ResumableSampler):
+            return None  # reader_thread: a read may wait on storage, and only the watchdog's thread bounds the wait
         source = loader.dataset
         seeded = isinstance(source, SeededSamples) and source.mode == INDEX
         if not seeded and self.view.dataset.crop == "random":
