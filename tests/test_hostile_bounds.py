@@ -587,3 +587,13 @@ def test_a_damaged_hdf5_chunk_is_named_in_every_path(tmp_path, capsys):
     assert code == 1 and "record 2" in out and "HDF5 cannot read it" in out, out
     code, out, err = in_process(capsys, "pack", ds, tmp_path / "re", "--format", "mmap", "-q")
     assert code == 2 and "HDF5 cannot read it" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("size", [b"77777777777\0", b"\x80" + (1 << 87).to_bytes(11, "big")], ids=["octal-8gb", "base256"])
+def test_a_gz_member_claiming_more_than_the_stream_holds_ends(tmp_path, capsys, size):
+    """A stream skips a member by reading through it, and tarfile went on reading past the end for as many
+    bytes as the header claimed (2**87 in base-256: for ever)."""
+    from test_hostile_input import gz_shard, header, member
+    src = gz_shard(tmp_path / "src", member(b"a.jpg", jpeg()), header(b"b-no-extension", size) + b"x" * 512)
+    code, out, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q")
+    assert code == 2 and err.count("\n") == 1 and "b-no-extension" in err and "limit" in err, err

@@ -22,9 +22,9 @@ def _damage_named(read):
     def named(self, indices, *args, **kwargs):
         try:
             return read(self, indices, *args, **kwargs)
-        except OSError as e:
-            if isinstance(e, PixfeedError):
-                raise
+        except PixfeedError:
+            raise
+        except Exception as e:  # noqa: BLE001 - h5py's OSError, RuntimeError... on damaged bytes
             first = int(np.min(indices)) if len(indices) else 0
             raise CorruptDataError(f"{self.where(first)}{' and the rest of its batch' if len(indices) > 1 else ''}, "
                                    f"{layout.DATA}: HDF5 cannot read it ({e}); the file is damaged") from None
@@ -85,6 +85,13 @@ class H5ImageDataset(MapImageDataset):
             for key, rows, kind in (("data", tail, "uint8" if tail else "bytes"), ("labels", (), "int64"),
                                     ("checksums", (), "int64")):
                 check_array(out[key], self.manifest["count"], rows, kind, where)
+        except PixfeedError:
+            f.close()
+            raise
+        except Exception as e:  # noqa: BLE001 - h5py's RuntimeError, KeyError, OSError... on damaged structures
+            f.close()
+            raise CorruptDataError(f"{where}: HDF5 cannot read its structure ({type(e).__name__}: {e}); the file is "
+                                   "damaged") from None
         except BaseException:
             f.close()
             raise

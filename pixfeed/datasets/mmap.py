@@ -72,7 +72,10 @@ class MmapImageDataset(MapImageDataset):
             array = map_inside(self.path, name, self.allow_links)  # the file checked is the file mapped
         except PixfeedError:  # a link (OutsideDatasetError), a special file: named already
             raise
-        except (ValueError, EOFError) as e:  # not a .npy, a pickle, a header that does not parse, too short
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - not a .npy, a pickle, too short, a header that does not parse
+            # (numpy's parse of the header's text raises SyntaxError or tokenize's TokenError on some bytes)
             raise CorruptDataError(f"{path}: not a NumPy array file pixfeed can read ({e}); the dataset is "
                                    "damaged") from None
         fits = array.dtype == np.uint8 if dtype == "u1" else array.dtype.kind in "iu" and array.dtype.itemsize == 8

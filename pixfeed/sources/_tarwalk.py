@@ -16,7 +16,7 @@ import zlib
 from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple
 
 from ..errors import DamagedTarError, OverLimitError
-from ..storage.bounded import EXTENSION_BYTES
+from ..storage.bounded import EXTENSION_BYTES, IMAGE_BYTES, check_size
 
 BLOCK = tarfile.BLOCKSIZE
 _ZERO = bytes(BLOCK)
@@ -144,6 +144,10 @@ def stream(f: BinaryIO, where: str, mode: str = "r|", dropped: Optional[list] = 
     and devices (never read), as ``members`` gives them for a shard it seeks in."""
     with open_tar(f, mode, where) as tar:
         for info in checked(tar, where):
+            # a stream skips a member by reading through it, and tarfile goes on reading past the end of the
+            # stream for as many bytes as the header claims (8 GB in octal, 2**95 in base-256): no member
+            # may claim more than an image member may hold
+            check_size(info.size, IMAGE_BYTES, f"{where}: member {info.name!r} at byte {info.offset}")
             if info.isfile():
                 yield info, tar
             elif dropped is not None and not info.isdir():
