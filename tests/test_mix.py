@@ -328,3 +328,82 @@ def test_a_local_and_a_bucket_source_mix(packs, tmp_path, bucket, s3_server):
     assert sorted(seen) == sorted([(0, c) for c in (0, 1, 2) for _ in range(4)] + [(1, c) for c in (2, 3)
                                                                                    for _ in range(5)])
     assert "from a bucket" in str(loader.pixfeed_plan)
+
+
+def _requested(monkeypatch) -> list:
+    """(file, offset, length) of every WILLNEED the read-ahead asks for, as it asks."""
+    import os
+    asked, advise = [], os.posix_fadvise
+
+    def record(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_WILLNEED:
+            asked.append((os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")), offset, length))
+        return advise(fd, offset, length, advice)
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    return asked
+
+
+def _bytes(ranges, size: int) -> np.ndarray:
+    mask = np.zeros(size, bool)
+    for start, length in ranges:
+        mask[start:start + length] = True
+    return mask
+
+
+def test_read_ahead_requests_each_sources_file_for_its_records_in_the_mixtures_order(packs, tmp_path, monkeypatch):
+    """Two local packs: each source's data file is requested for exactly its records of the epoch (a budget
+    larger than the epoch: all of them at the first index), nothing of the other source's, no whole file."""
+    import os
+    import time
+
+    from pixfeed.loaders.readahead import Hinter
+    pack(make_tree(tmp_path / "src", classes=("eel", "fox"), per_class=5), tmp_path / "second", "mmap",
+         store="pixels", size=24, workers=1)
+    sources = [open_dataset(packs / "mmap"), open_dataset(tmp_path / "second")]
+    mixture = pixfeed.mix(sources, repeats=[1.5, 0.6])
+    mixture.use_seed(SEED)
+    mixture.set_epoch(3)
+    extents = mixture.record_extents()
+    assert [p.path for p in extents.parts] == [s.record_extents().path for s in sources]
+    asked = _requested(monkeypatch)
+    order = np.random.default_rng(0).permutation(len(mixture))
+    handed = Hinter(extents, 1 << 30).follow(order)
+    first = next(handed)
+    deadline = time.monotonic() + 30
+    files = [os.path.realpath(p.path) for p in extents.parts]
+    while not all(any(f == a[0] for a in asked) for f in files) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    source, records, _ = mixture.locate(order)
+    for s, (ds, name) in enumerate(zip(sources, files)):
+        size = os.path.getsize(name)
+        mine = [(o, n) for f, o, n in asked if f == name]
+        assert mine and all(n > 0 for _, n in mine)  # no length 0: posix_fadvise reads that as the whole file
+        want = _bytes(zip(*ds.record_extents().of(records[source == s])), size)
+        assert (_bytes(mine, size) == want).all()
+    assert [first, *handed] == order.tolist()
+
+
+def test_a_quota_lists_its_records_in_file_order_pass_after_pass():
+    """What makes quasi-random order read runs of one source's file: consecutive positions, nearby records."""
+    stream = Stream(10, 23, 0)  # two passes and 3 extras
+    for epoch in range(4):
+        records = stream.epoch_records(SEED, epoch)
+        assert records[:20].tolist() == list(range(10)) * 2
+        extras = records[20:]
+        assert len(set(extras)) == 3 and (np.diff(extras) > 0).all()
+
+
+def test_quasi_random_order_and_read_ahead_over_a_mixture_read_every_sample_once(packs, monkeypatch):
+    """order='quasi_random' with io_ahead: the plan takes them and each epoch still holds every sample once."""
+    sources = [open_dataset(packs / "mmap"), open_dataset(packs / "lmdb", size=24)]
+    mixture = pixfeed.mix(sources, with_source=True, labels="as_stored")
+    asked = _requested(monkeypatch)
+    loader = make_loader(mixture, BATCH, seed=SEED, num_workers=0, order="quasi_random", io_ahead=1 << 20)
+    plan = loader.pixfeed_plan
+    assert plan.order == "quasi_random" and plan.io_ahead == 1 << 20 and loader.sampler.quasi is not None
+    want = sorted((s, int(ds[i][1])) for s, ds in enumerate(sources) for i in range(len(ds)))
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen = [(int(s), int(label)) for _, labels, ss in loader for label, s in zip(labels, ss)]
+        assert sorted(seen) == want
+    assert plan.hints is False or asked  # requested unless every page was cached already

@@ -29,8 +29,9 @@ pages requested ahead of the training loop stay under ``budget`` plus the
 batches in flight.  The thread starts on the epoch's first index, after the
 DataLoader has started its workers, and stops when the epoch's indices run out
 or the iteration is dropped.  It needs the byte ranges of records
-(``record_extents()``: pixfeed's mmap, LMDB and HDF5 readers); other datasets
-are read without it.  ``active`` turns it off for an epoch (``epochplan.py``:
+(``record_extents()``: pixfeed's mmap, LMDB and HDF5 readers, and a mixture of
+them, whose ``parts`` each get a thread for one source's file and a share of
+the budget); other datasets are read without it.  ``active`` turns it off for an epoch (``epochplan.py``:
 when every page of the dataset is in the page cache already).
 """
 from __future__ import annotations
@@ -61,14 +62,19 @@ class Hinter:
         return self._requested(np.asarray(indices)) if self.active else as_ints(indices)
 
     def _requested(self, idx: np.ndarray) -> Iterator[int]:
-        requests = _Requests(self.extents, idx, self.budget, self.drop_behind)
-        requests.start()
+        parts = getattr(self.extents, "parts", None) or [self.extents]  # a mixture: a file per source (pixfeed.mixing)
+        total = sum(p.mean_length for p in parts) or 1.0
+        requests = [_Requests(p, idx, int(self.budget * p.mean_length / total), self.drop_behind) for p in parts]
+        for r in requests:
+            r.start()
         try:
             for pos, index in enumerate(as_ints(idx)):
-                requests.reached(pos)
+                for r in requests:
+                    r.reached(pos)
                 yield index
         finally:
-            requests.stop()
+            for r in requests:
+                r.stop()
 
 
 class _Requests(threading.Thread):

@@ -30,6 +30,7 @@ from ..checksum import record_hash
 from ..console.words import plural
 from ..image import buffers as batchbuffers
 from ..seeds import seeded_by_index
+from .extents import MixtureExtents, mixture_extents
 from .quotas import Stream, quotas
 from .sources import check, class_maps, opened, records_in
 
@@ -146,6 +147,10 @@ class Mixture(Mixed, Dataset):
             return None
         return shapes.pop()
 
+    def record_extents(self) -> Optional[MixtureExtents]:
+        """Where the samples of the epoch's order lie in the sources' files, for read-ahead (``extents.py``)."""
+        return mixture_extents(self)
+
     # where a sample comes from -----------------------------------------------------------------------------
     def locate(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, record, pass) of each of ``indices`` in the current epoch."""
@@ -154,7 +159,7 @@ class Mixture(Mixed, Dataset):
             bad = v[(v < 0) | (v >= len(self))][0]
             raise IndexError(f"{self.path}: index {bad} out of range for an epoch of {len(self)} samples")
         source = np.searchsorted(self.offsets, v, side="right") - 1
-        if len(self.sources) == 1 or (source == source[0]).all():  # one source: no masks
+        if len(self.sources) == 1 or not v.size or (source == source[0]).all():  # one source: no masks
             s = int(source[0]) if v.size else 0
             return (source, *self.streams[s].records(self.seed, self.epoch, v - self.offsets[s]))
         records, passes, epoch = np.empty_like(v), np.empty_like(v), self.epoch

@@ -19,7 +19,9 @@ permutation of the records, drawn from (seed, source, e // m): so every epoch ho
 but fewer than ``r`` of them are one once (a source at three tenths of its length per epoch: 9 of
 its 10 records in 3 epochs, none twice; 2.5 times per epoch: every record twice plus half of them,
 the other half the next epoch, then a new cut).  Everything is a function of (seed, epoch); the
-sampler shuffles the epoch's samples across sources.
+sampler shuffles the epoch's samples across sources.  Within a quota, positions follow the records in
+file order, pass after pass, and an epoch's extras in file order too: consecutive positions are nearby
+records, so ``order="quasi_random"``'s chunks of consecutive indices are runs of one source's file.
 """
 from __future__ import annotations
 
@@ -110,7 +112,11 @@ class Stream:
         if key not in self._perms:
             if len(self._perms) >= PERMUTATIONS_KEPT:
                 self._perms.pop(next(iter(self._perms)))
-            self._perms[key] = np.random.default_rng([seed, 0x6D6978, self.source, c]).permutation(self.n)
+            perm = np.random.default_rng([seed, 0x6D6978, self.source, c]).permutation(self.n)
+            if self.extra:  # each epoch's part in record order: its extras are read in file order
+                parts = self.n // self.extra * self.extra
+                perm[:parts].reshape(-1, self.extra).sort(axis=1)
+            self._perms[key] = perm
         return self._perms[key]
 
     def records(self, seed: int, epoch: int, local: np.ndarray) -> tuple:

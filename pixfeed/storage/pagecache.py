@@ -96,6 +96,8 @@ def dont_need(fd: int, starts: np.ndarray, lengths: np.ndarray) -> None:
 
 
 def _advise(fd: int, starts: np.ndarray, lengths: np.ndarray, advice: int) -> None:
+    some = lengths > 0  # a length of 0 is no record here (posix_fadvise would take it as "to the end of the file")
+    starts, lengths = starts[some], lengths[some]
     if not len(starts):
         return
     order = np.argsort(starts, kind="stable")
