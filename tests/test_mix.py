@@ -407,3 +407,48 @@ def test_quasi_random_order_and_read_ahead_over_a_mixture_read_every_sample_once
         seen = [(int(s), int(label)) for _, labels, ss in loader for label, s in zip(labels, ss)]
         assert sorted(seen) == want
     assert plan.hints is False or asked  # requested unless every page was cached already
+
+
+def test_a_bucket_source_is_fetched_ahead_in_the_mixtures_order(packs, tmp_path, bucket, s3_server):
+    """Beside a local pack, the bucket source's chunks are planned in the mixture's order (its records among the
+    sampler's indices, no chunk for the local source's) and fetched ahead at the first index, before any read."""
+    import threading
+    import time
+
+    from pixfeed.loaders.fetcher import Fetcher, Uses
+    so = s3_server.options
+    pack(make_tree(tmp_path / "src", classes=("eel", "fox"), per_class=8), f"{bucket}/ahead", "mmap",
+         store="pixels", size=24, workers=1, storage_options=so)
+    remote = open_dataset(f"{bucket}/ahead", storage_options=so, cache_dir=tmp_path / "cache", cache_limit=16384,
+                          chunk_bytes=4096)
+    mixture = pixfeed.mix([open_dataset(packs / "mmap"), remote])
+    loader = make_loader(mixture, BATCH, seed=SEED, num_workers=0)
+    fetchers = [h for h in getattr(loader.sampler.hints, "hints", []) if isinstance(h, Fetcher)]
+    assert len(fetchers) == 1 and fetchers[0].cache is remote.chunks
+    assert "fetched ahead in the mixture's order" in loader.pixfeed_plan.reasons["storage"]
+    loader.sampler.set_epoch(0)
+    mixture.set_epoch(0)
+    stream = fetchers[0].stream()
+    source, records, _ = mixture.locate(stream)
+    starts, lengths = remote.record_extents().of(records[source == 1])
+    chunks = [k for a, n in zip(starts.tolist(), lengths.tolist()) for k in range(a // 4096, (a + n - 1) // 4096 + 1)]
+    plan = [c for i, c in enumerate(chunks) if not i or c != chunks[i - 1]]
+    assert Uses(remote.chunks, fetchers[0].extents, stream).sequence().tolist() == plan
+
+    asked, fetch = [], remote.chunks.fetch
+
+    def record(k, *args, **kwargs):
+        asked.append((k, threading.current_thread().name))
+        return fetch(k, *args, **kwargs)
+    remote.chunks.fetch = record
+    handed = loader.sampler.hints.follow(loader.sampler.indices())
+    next(handed)  # nothing read: every fetch is the fetcher's
+    present = set(remote.chunks.present())  # the .npy header's chunk, read when the dataset was opened
+    first = [k for k in list(dict.fromkeys(plan))[:3] if k not in present]  # a cache of 4 chunks: 3 ahead
+    assert first
+    deadline = time.monotonic() + 30
+    while len(asked) < len(first) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    handed.close()
+    assert sorted(k for k, _ in asked) == sorted(first)
+    assert all(name.startswith("pixfeed-fetch") for _, name in asked)

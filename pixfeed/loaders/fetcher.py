@@ -39,10 +39,11 @@ QUASI_CHUNKS = 4  # cache chunks per quasi-random chunk (their edges do not alig
 
 
 def record_chunks(cache: ChunkCache, extents: Extents, records: np.ndarray) -> tuple:
-    """(positions, chunks): every chunk each record of ``records`` covers, by the record's position, in order."""
+    """(positions, chunks): every chunk each record of ``records`` covers, by the record's position, in order;
+    none for a length of 0 (a mixture's index of another source, ``pixfeed.mixing.extents``)."""
     starts, lengths = extents.of(records)
     first, last = starts // cache.chunk, (starts + np.maximum(lengths, 1) - 1) // cache.chunk
-    counts = last - first + 1
+    counts = np.where(lengths > 0, last - first + 1, 0)
     positions = np.repeat(np.arange(len(records)), counts)
     return positions, np.repeat(first, counts) + np.arange(len(positions)) - np.repeat(np.cumsum(counts) - counts, counts)
 

@@ -70,6 +70,8 @@ def forecast(fetcher: Fetcher) -> dict:
 def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
     """Fetch a chunk-cached dataset's chunks in the loader's order (a no-op for other datasets)."""
     cache, sampler, plan = getattr(dataset, "chunks", None), loader.sampler, loader.pixfeed_plan
+    if callable(getattr(dataset, "chunked_parts", None)) and isinstance(sampler, ResumableSampler):
+        return _attach_parts(loader, dataset.chunked_parts())
     if cache is None or extents is None or not isinstance(sampler, ResumableSampler):
         return
     full_shuffle = None
@@ -81,8 +83,7 @@ def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
         sampler.quasi = plan.quasi = quasi_sizes(cache, extents)
         plan.reasons["order"] = (f"shuffled chunks of {plan.quasi[0]} consecutive records ({QUASI_CHUNKS} cache "
                                  f"chunks), shuffled within windows of {plan.quasi[1]} records")
-    in_flight = plan.num_workers * (plan.prefetch_factor or 0) if plan.num_workers else 1  # batches handed out, unread
-    sampler.hints = Fetcher(cache, extents, sampler, plan.io_ahead or DEFAULT_AHEAD, in_flight * loader.batch_size)
+    sampler.hints = Fetcher(cache, extents, sampler, plan.io_ahead or DEFAULT_AHEAD, _lag(loader))
     sampler._resize()
     plan.fetch = {"regime": regime(plan, sampler), **forecast(sampler.hints)}
     plan.storage = "bucket chunks"
@@ -100,6 +101,40 @@ def attach(loader: Any, dataset: Any, extents: Optional[Extents]) -> None:
         f"{f['regime']}; epoch {loader.epoch} fetches {mib(f['epoch_bytes'])} "
         f"({f['epoch_bytes'] / max(f['data_bytes'], 1):.2f}x the data file; furthest-next-use eviction)"
         + crowded(sampler.hints.lag, f["capacity"], plan.order))
+
+
+def _lag(loader: Any) -> int:
+    """Records handed out by the sampler but not read yet: the batches the DataLoader may hold in flight."""
+    plan = loader.pixfeed_plan
+    return (plan.num_workers * (plan.prefetch_factor or 0) if plan.num_workers else 1) * loader.batch_size
+
+
+def _attach_parts(loader: Any, parts: list) -> None:
+    """A mixture (``pixfeed.mix``): each source read through a chunk cache fetched ahead in the mixture's order,
+    beside the read-ahead of its local sources (``parts``: (cache, extents of the mixture's indices))."""
+    plan, sampler = loader.pixfeed_plan, loader.sampler
+    if not parts or (plan.io_ahead == 0 and plan.reasons.get("io_ahead") == "set by caller"):
+        return
+    fetchers = [Fetcher(cache, extents, sampler, plan.io_ahead or DEFAULT_AHEAD, _lag(loader)) for cache, extents in parts]
+    sampler.hints = Together([h for h in (sampler.hints, *fetchers) if h is not None])
+    plan.reasons["storage"] += (f"; {len(parts)} source(s) read through a bucket's chunk cache, their chunks fetched "
+                                "ahead in the mixture's order")
+
+
+class Together:
+    """Several hints following one order: a mixture's local read-ahead and a ``Fetcher`` per bucket source."""
+
+    def __init__(self, hints: list) -> None:
+        self.hints = hints
+
+    def follow(self, indices: np.ndarray):
+        walks = [h.follow(indices) for h in self.hints]
+        try:
+            for index, *_ in zip(*walks):
+                yield index
+        finally:
+            for walk in walks:
+                walk.close()
 
 
 def crowded(records: int, capacity: int, order: str) -> str:

@@ -30,7 +30,7 @@ from ..checksum import record_hash
 from ..console.words import plural
 from ..image import buffers as batchbuffers
 from ..seeds import seeded_by_index
-from .extents import MixtureExtents, mixture_extents
+from .extents import MixtureExtents, chunked_parts, mixture_extents
 from .quotas import Stream, quotas
 from .sources import check, class_maps, opened, records_in
 
@@ -150,6 +150,10 @@ class Mixture(Mixed, Dataset):
     def record_extents(self) -> Optional[MixtureExtents]:
         """Where the samples of the epoch's order lie in the sources' files, for read-ahead (``extents.py``)."""
         return mixture_extents(self)
+
+    def chunked_parts(self) -> List[tuple]:
+        """(chunk cache, extents of this mixture's indices) of each source in a bucket read through chunks."""
+        return chunked_parts(self)
 
     # where a sample comes from -----------------------------------------------------------------------------
     def locate(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,8 +8,9 @@ that gives record byte ranges (``parts``): ``of(indices)`` of part ``s`` maps th
 records' ranges in its file, length 0 at the other sources' indices (requested as nothing), so the
 hinter keeps each source's file requested for the records of the next window of the global order.
 Nothing per record is kept beyond the sampler's order: a window is located when it is requested.
-A source read through a bucket's chunk cache is fetched ahead by its own machinery instead, and a
-source without record byte ranges is read without hints.
+A source read through a bucket's chunk cache is fetched ahead instead, by a ``Fetcher`` of its chunks
+given the same kind of view (``chunked_parts``: the loader's ``fetchplan`` runs one per such source
+beside the read-ahead), and a source without record byte ranges is read without hints.
 """
 from __future__ import annotations
 
@@ -64,3 +65,11 @@ def mixture_extents(mixture: Any) -> Optional[MixtureExtents]:
         if inner is not None:
             parts.append(SourceExtents(mixture, s, inner))
     return MixtureExtents(mixture, parts) if parts else None
+
+
+def chunked_parts(mixture: Any) -> List[tuple]:
+    """(chunk cache, ``SourceExtents``) of each source read through a bucket's chunk cache, to fetch its chunks in
+    the mixture's order."""
+    return [(ds.chunks, SourceExtents(mixture, s, ds.record_extents())) for s, ds in enumerate(mixture.sources)
+            if getattr(ds, "chunks", None) is not None and callable(getattr(ds, "record_extents", None))
+            and mixture.quotas[s]]
