@@ -30,7 +30,8 @@ def _int(v, low=None) -> bool:
 
 
 def _file_ok(name, meta) -> bool:
-    return (isinstance(name, str) and bool(name) and not os.path.isabs(name) and ".." not in Path(name).parts
+    return (isinstance(name, str) and bool(name) and "\0" not in name and not os.path.isabs(name)
+            and ".." not in Path(name).parts
             and isinstance(meta, dict) and _int(meta.get("bytes"), 0) and isinstance(meta.get("xxh3_64"), str))
 
 
@@ -63,6 +64,13 @@ def _bounded_ok(m) -> bool:
     if m["count"] > sum(v["bytes"] for v in m["files"].values()):
         return False
     if m["store"] == "pixels" and m["shape"][0] * m["shape"][1] * 3 > 1 << 30:
+        return False
+    if m["store"] != "pixels" and m["shape"] is not None:  # #43: a shape only in pixels mode
+        return False
+    if not all(isinstance(s, dict) and isinstance(s.get("path"), str) and isinstance(s.get("reason"), str)
+               for s in m.get("skipped") or []):  # #43: what `pixfeed info` prints of each skipped file
+        return False
+    if max(m["count"], sum(v["bytes"] for v in m["files"].values())) > (1 << 63) - 1:  # #43: int64 sizes
         return False
     keys = m.get("keys_file")
     return "keys_file" not in m or (isinstance(keys, str) and bool(keys) and not os.path.isabs(keys)
