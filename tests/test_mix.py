@@ -350,16 +350,17 @@ def _bytes(ranges, size: int) -> np.ndarray:
     return mask
 
 
-def test_read_ahead_requests_each_sources_file_for_its_records_in_the_mixtures_order(packs, tmp_path, monkeypatch):
+def test_read_ahead_requests_each_sources_file_for_its_records_in_the_mixtures_order(tmp_path, monkeypatch):
     """Two local packs: each source's data file is requested for exactly its records of the epoch (a budget
     larger than the epoch: all of them at the first index), nothing of the other source's, no whole file."""
     import os
     import time
 
     from pixfeed.loaders.readahead import Hinter
-    pack(make_tree(tmp_path / "src", classes=("eel", "fox"), per_class=5), tmp_path / "second", "mmap",
-         store="pixels", size=24, workers=1)
-    sources = [open_dataset(packs / "mmap"), open_dataset(tmp_path / "second")]
+    for name, classes, count in (("first", ("cat", "dog"), 6), ("second", ("eel", "fox"), 5)):  # files no other
+        pack(make_tree(tmp_path / name / "src", classes=classes, per_class=count), tmp_path / name / "pack", "mmap",
+             store="pixels", size=24, workers=1)  # test's read-ahead touches
+    sources = [open_dataset(tmp_path / "first" / "pack"), open_dataset(tmp_path / "second" / "pack")]
     mixture = pixfeed.mix(sources, repeats=[1.5, 0.6])
     mixture.use_seed(SEED)
     mixture.set_epoch(3)
@@ -426,6 +427,8 @@ def test_a_bucket_source_is_fetched_ahead_in_the_mixtures_order(packs, tmp_path,
     fetchers = [h for h in getattr(loader.sampler.hints, "hints", []) if isinstance(h, Fetcher)]
     assert len(fetchers) == 1 and fetchers[0].cache is remote.chunks
     assert "fetched ahead in the mixture's order" in loader.pixfeed_plan.reasons["storage"]
+    assert loader.pixfeed_plan.order == "quasi_random"  # order='auto', the source larger than its cache: as alone
+    assert make_loader(mixture, BATCH, seed=SEED, num_workers=0, order="random").pixfeed_plan.order == "random"
     loader.sampler.set_epoch(0)
     mixture.set_epoch(0)
     stream = fetchers[0].stream()

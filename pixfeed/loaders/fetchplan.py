@@ -115,6 +115,14 @@ def _attach_parts(loader: Any, parts: list) -> None:
     plan, sampler = loader.pixfeed_plan, loader.sampler
     if not parts or (plan.io_ahead == 0 and plan.reasons.get("io_ahead") == "set by caller"):
         return
+    larger = [(cache, e) for cache, e in parts if cache.size > cache.limit]
+    if larger and getattr(plan, "order_asked", None) == "auto" and plan.order == "random" and sampler.shuffle:
+        sampler.quasi = plan.quasi = min(quasi_sizes(cache, e.inner) for cache, e in larger)  # as the source alone
+        plan.order = "quasi_random"
+        plan.reasons["order"] = (f"order='auto': a source in a bucket is larger than its chunk cache, so quasi-random "
+                                 f"as it is alone: shuffled chunks of {plan.quasi[0]} consecutive indices (one "
+                                 f"source's records in file order), shuffled within windows of {plan.quasi[1]}; "
+                                 "order='random' for the full shuffle")
     fetchers = [Fetcher(cache, extents, sampler, plan.io_ahead or DEFAULT_AHEAD, _lag(loader)) for cache, extents in parts]
     sampler.hints = Together([h for h in (sampler.hints, *fetchers) if h is not None])
     plan.reasons["storage"] += (f"; {len(parts)} source(s) read through a bucket's chunk cache, their chunks fetched "
