@@ -3,7 +3,8 @@
 
 ``quotas.py`` says what an epoch holds, ``sources.py`` checks the sources and maps their classes,
 ``dataset.py`` is the ``Mixture`` of map-style sources the loader reads, ``streams.py`` the
-``StreamMixture`` of WebDataset packs, interleaved.
+``StreamMixture`` of WebDataset packs, interleaved, and ``extents.py`` where a mixture's samples lie in
+its sources' files, for the loader's read-ahead and fetch-ahead in the mixture's order.
 """
 from __future__ import annotations
 
