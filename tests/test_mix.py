@@ -370,17 +370,21 @@ def test_read_ahead_requests_each_sources_file_for_its_records_in_the_mixtures_o
     order = np.random.default_rng(0).permutation(len(mixture))
     handed = Hinter(extents, 1 << 30).follow(order)
     first = next(handed)
-    deadline = time.monotonic() + 30
     files = [os.path.realpath(p.path) for p in extents.parts]
-    while not all(any(f == a[0] for a in asked) for f in files) and time.monotonic() < deadline:
-        time.sleep(0.01)
     source, records, _ = mixture.locate(order)
-    for s, (ds, name) in enumerate(zip(sources, files)):
-        size = os.path.getsize(name)
-        mine = [(o, n) for f, o, n in asked if f == name]
+    want = [_bytes(zip(*ds.record_extents().of(records[source == s])), os.path.getsize(name))
+            for s, (ds, name) in enumerate(zip(sources, files))]
+
+    def requested(name: str) -> list:
+        return [(o, n) for f, o, n in list(asked) if f == name]
+    deadline = time.monotonic() + 30  # the request thread asks for the whole epoch at the first index
+    while time.monotonic() < deadline and not all(
+            (_bytes(requested(name), len(w)) >= w).all() for name, w in zip(files, want)):
+        time.sleep(0.01)
+    for name, w in zip(files, want):
+        mine = requested(name)
         assert mine and all(n > 0 for _, n in mine)  # no length 0: posix_fadvise reads that as the whole file
-        want = _bytes(zip(*ds.record_extents().of(records[source == s])), size)
-        assert (_bytes(mine, size) == want).all()
+        assert (_bytes(mine, len(w)) == w).all()  # this source's records of the epoch, nothing else
     assert [first, *handed] == order.tolist()
 
 
