@@ -597,3 +597,32 @@ def test_a_gz_member_claiming_more_than_the_stream_holds_ends(tmp_path, capsys, 
     src = gz_shard(tmp_path / "src", member(b"a.jpg", jpeg()), header(b"b-no-extension", size) + b"x" * 512)
     code, out, err = in_process(capsys, "pack", src, tmp_path / "dst", "-q")
     assert code == 2 and err.count("\n") == 1 and "b-no-extension" in err and "limit" in err, err
+
+
+def test_a_folder_pixfeed_removes_goes_at_any_depth_and_never_through_a_link(tmp_path):
+    """storage.paths.remove_tree (what replace._remove uses for a temporary folder pixfeed made): a tree
+    1,200 deep planted in it goes (shutil.rmtree raised RecursionError on Python 3.11), a link in it is
+    removed without touching what it points to."""
+    from pixfeed.storage.paths import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not pixfeed's")
+    top = tmp_path / ".ds.pixfeed-tmp-1"
+    top.mkdir()
+    (top / "link").symlink_to(outside, target_is_directory=True)
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(1200):
+            os.mkdir("d", dir_fd=fd)
+            with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as f:
+                f.write("x")
+            deeper = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+    finally:
+        os.close(fd)
+    remove_tree(top)
+    assert not os.path.lexists(top)
+    assert (outside / "keep.txt").read_text() == "not pixfeed's"
+    remove_tree(tmp_path / "absent")  # nothing there: nothing raised

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import stat
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ from ..errors import DatasetError, DestinationChangedError, OverwriteRefusedErro
 from ..manifest import MANIFEST_NAME, parse_manifest, write_json_atomic
 from ..storage.cache import default_dir
 from ..storage.bounded import MANIFEST_BYTES, read_open
-from ..storage.paths import make_private_dir, open_inside
+from ..storage.paths import make_private_dir, open_inside, remove_tree
 from . import interrupt
 
 log = logging.getLogger(__name__)
@@ -217,7 +216,7 @@ def _ours(path: Path) -> Optional[os.stat_result]:
 def _remove(path: Path, st: os.stat_result) -> None:
     """Remove ``path`` (a folder pixfeed made, or a link), then its record."""
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)  # any depth (shutil.rmtree recurses), never through a link
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
