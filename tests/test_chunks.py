@@ -168,7 +168,10 @@ def test_two_ranks_of_a_node_share_the_cache_and_fetch_each_chunk_once(packs, pr
     got = Counter((bytes.fromhex(h), lab) for r in range(2)
                   for h, lab in json.loads((tmp_path / f"rank{r}.json").read_text()))
     assert got == reference(local)  # 120 records split evenly: no padding
-    assert count <= gets <= 1.5 * count, gets  # not once per rank (2x)
+    # shared: 55-58 GETs for 46 chunks on a quiet machine (this code and the last release's alike), 70 with a
+    # second test suite running beside it (ranks drift apart, and a cache of a quarter of the data evicts what
+    # the other rank still needs); a cache per rank fetches each chunk once per rank (2x)
+    assert count <= gets <= 1.75 * count, gets
 
 
 def test_throttling_resets_and_delays_are_retried(packs, proxy, tmp_path):
