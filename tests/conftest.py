@@ -41,6 +41,19 @@ def make_tree(root: Path, classes=("cat", "dog", "eel"), per_class=4) -> Path:
     return root
 
 
+def flip_stored(files, stored: bytes):
+    """Flip a bit in the middle of the first run of ``stored`` (a record's stored bytes) found in ``files`` (a
+    pack's data files, in order): the file changed, or None where none holds it."""
+    for path in files:
+        blob = bytearray(path.read_bytes()) if path.is_file() else bytearray()
+        at = blob.find(stored)
+        if at >= 0:
+            blob[at + len(stored) // 2] ^= 0x40
+            path.write_bytes(bytes(blob))
+            return path
+    return None
+
+
 def sized(store, size) -> dict:
     """``size=`` for a pack of ``store``: only pixels packs take it (an encoded pack refuses it)."""
     return {"size": size} if store == "pixels" else {}

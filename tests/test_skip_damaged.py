@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import make_tree
+from conftest import flip_stored, make_tree
 from torch.utils.data import IterableDataset
 
 import pixfeed
@@ -25,16 +25,8 @@ def _flip(root, dst):
         pixels[5, 3, 3, 0] ^= 0x40
         pixels.flush()
         return
-    data = (root / "src" / f"{KEY}.png").read_bytes()
-    for name in json.loads((dst / "pixfeed.json").read_text())["files"]:
-        path = dst / name
-        blob = bytearray(path.read_bytes()) if path.is_file() else bytearray()
-        at = blob.find(data)
-        if at >= 0:
-            blob[at + len(data) // 2] ^= 0x40
-            path.write_bytes(bytes(blob))
-            return
-    raise AssertionError(f"{KEY} not found in {dst}")
+    files = [dst / name for name in json.loads((dst / "pixfeed.json").read_text())["files"]]
+    assert flip_stored(files, (root / "src" / f"{KEY}.png").read_bytes()) is not None, f"{KEY} not found in {dst}"
 
 
 @pytest.fixture(scope="module")

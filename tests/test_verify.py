@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_tree, sized
+from conftest import flip_stored, make_tree, sized
 from torch.utils.data import IterableDataset
 
 from pixfeed import registry
@@ -58,14 +58,8 @@ def test_a_sound_dataset_passes(packed):
 def test_a_flipped_byte_is_named_by_file_and_key(packed):
     src, dst = packed
     stored = _stored(src, dst)
-    for path in _data_files(dst):
-        blob = bytearray(path.read_bytes())
-        at = blob.find(stored)
-        if at >= 0:
-            blob[at + len(stored) // 2] ^= 0x40
-            path.write_bytes(bytes(blob))
-            break
-    else:
+    path = flip_stored(_data_files(dst), stored)
+    if path is None:
         pytest.fail(f"record {KEY} not found as one run of bytes in {dst}")
     problems = verify(dst, deep=True).problems
     assert any(str(path) in p and "xxh3_64" in p for p in problems), problems
