@@ -21,6 +21,7 @@ from conftest import deadline
 from pixfeed.checksum import file_hash
 from pixfeed.cli import main
 from pixfeed.errors import CorruptDataError, PixfeedError
+from pixfeed.storage.paths import remove_tree
 from test_hostile_input import in_process, jpeg, one_line_error, run
 
 
@@ -523,26 +524,6 @@ def test_mmap_arrays_that_disagree_with_the_manifest_are_named(packed, tmp_path,
     assert code == 2 and err.count("\n") == 1, err
 
 
-def remove_deep(top: Path) -> None:
-    """Remove a folder tree of any depth without recursion, through descriptors (pytest's own clean-up uses
-    shutil.rmtree, which recurses a level a folder on Python 3.11: a 1,200-deep tree left behind breaks
-    every later session's clean-up)."""
-    stack = [(os.open(top, os.O_RDONLY | os.O_DIRECTORY), None, None)]
-    while stack:
-        fd, parent, name = stack[-1]
-        sub = next((e.name for e in os.scandir(fd) if e.is_dir(follow_symlinks=False)), None)
-        if sub is not None:
-            stack.append((os.open(sub, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd, sub))
-            continue
-        for entry in os.scandir(fd):
-            os.unlink(entry.name, dir_fd=fd)
-        stack.pop()
-        os.close(fd)
-        if parent is not None:
-            os.rmdir(name, dir_fd=parent)
-    os.rmdir(top)
-
-
 def test_a_source_nested_1200_deep_is_walked(tmp_path, capsys):
     src = tmp_path / "src"
     (src / "c").mkdir(parents=True)
@@ -561,7 +542,7 @@ def test_a_source_nested_1200_deep_is_walked(tmp_path, capsys):
         assert code == 0, err
         assert json.loads((tmp_path / "dst" / "pixfeed.json").read_text())["count"] == 1
     finally:
-        remove_deep(src)
+        remove_tree(src)  # pytest's own clean-up (shutil.rmtree) recurses: a tree this deep left behind breaks it
 
 
 def test_a_damaged_hdf5_chunk_is_named_in_every_path(tmp_path, capsys):
@@ -603,8 +584,6 @@ def test_a_folder_pixfeed_removes_goes_at_any_depth_and_never_through_a_link(tmp
     """storage.paths.remove_tree (what replace._remove uses for a temporary folder pixfeed made): a tree
     1,200 deep planted in it goes (shutil.rmtree raised RecursionError on Python 3.11), a link in it is
     removed without touching what it points to."""
-    from pixfeed.storage.paths import remove_tree
-
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("not pixfeed's")
