@@ -10,6 +10,14 @@
   (``readahead.Hinter``), default ``min(MAX_IO_AHEAD, room // 8)``; 0 (off) for
   datasets without record byte ranges.  The first epoch of a dataset that fits
   is cold too, so it is on in both cases; on cached pages a request is a lookup.
+* ``io_depth``: how the records ahead are requested: read by that many
+  threads at once (``storage.depth.Reads``: ``os.preadv`` into reusable
+  buffers, several requests in flight, the page cache the hand-off to the
+  readers), the depth measured once per device and process
+  (``storage.depth.choose_depth``: random ``O_DIRECT`` reads at depths 1, 4
+  and 16, the smallest within 85% of the best; where that cannot be measured,
+  2 on a rotational disk, else 16); ``io_depth=0`` asks the kernel instead
+  (``posix_fadvise(WILLNEED)``), as before.
 * ``drop_behind``: for a dataset on ``disk``, read-ahead also drops the pages of
   records read well behind the reader (a cgroup at its limit would otherwise
   reclaim a page for each page read).
@@ -29,10 +37,12 @@ from torch.utils.data import IterableDataset
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.order import ORDERS, quasi_sizes
 from pixfeed.machine.memory import CACHE_FRACTION, fits_in_page_cache, page_cache_room
+from pixfeed.storage.depth import choose_depth
 from pixfeed.storage.pagecache import Extents
 
 MAX_IO_AHEAD = 256 << 20
 MIN_IO_AHEAD = 1 << 20
+MAX_IO_DEPTH = 256  # threads reading ahead at most (a deep NVMe queue is full well below)
 
 
 def mib(n: float) -> str:
@@ -70,6 +80,22 @@ def choose_io_ahead(requested: Any, extents: Optional[Extents], room: Optional[i
                    f"{mib(MAX_IO_AHEAD)} and 1/8 of the page cache room)"
 
 
+def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int) -> tuple:
+    """(reads in flight for read-ahead, reason); 0: advised with ``posix_fadvise(WILLNEED)`` instead."""
+    if requested != "auto":
+        depth = 0 if requested is False else require_int("io_depth", requested, 0, auto=True)
+        if depth > MAX_IO_DEPTH:
+            raise OptionError(f"io_depth={depth}: at most {MAX_IO_DEPTH} reads in flight (one thread each)")
+        if depth and not budget:
+            raise OptionError(f"io_depth={depth}: there is no read-ahead to read with depth (io_ahead=0, a "
+                              "caller's sampler, or a dataset without record byte ranges); leave io_depth out")
+        return depth, "set by caller" + ("" if depth else ": read-ahead asks the kernel (posix_fadvise WILLNEED)")
+    if not budget or extents is None:
+        return 0, "no read-ahead (io_ahead)"
+    depth, why = choose_depth(extents.path)
+    return depth, f"the records ahead are read by {depth} threads at once into the page cache: {why}"
+
+
 def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Optional[Extents]) -> tuple:
     """(order, (chunk, window) or None, reason)."""
     if order not in ORDERS:
@@ -101,11 +127,12 @@ def own_order(dataset: Any, shuffle: Optional[bool]) -> str:
 
 
 def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: Any, order: str,
-                shuffle: Optional[bool], batch_size: int) -> None:
-    """Fill the plan's ``storage``, ``io_ahead``, ``order``, ``quasi`` and ``drop_behind``."""
+                shuffle: Optional[bool], batch_size: int, io_depth: Any = "auto") -> None:
+    """Fill the plan's ``storage``, ``io_ahead``, ``io_depth``, ``order``, ``quasi`` and ``drop_behind``."""
     room = page_cache_room()
     plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
     plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
+    plan.io_depth, plan.reasons["io_depth"] = choose_io_depth(io_depth, extents, plan.io_ahead)
     plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
     if isinstance(dataset, IterableDataset) and plan.order == "random":
         plan.reasons["order"] = own_order(dataset, shuffle)

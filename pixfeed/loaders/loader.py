@@ -193,6 +193,7 @@ def build_loader(
     stall_timeout: float = rules.STALL_TIMEOUT,
     order: str = "auto",
     io_ahead: Auto = "auto",
+    io_depth: Auto = "auto",
     decode_threads: Auto = "auto",
     training_threads: Auto = "auto",
     memory_format: torch.memory_format = torch.channels_last,
@@ -222,7 +223,7 @@ def build_loader(
     plan.on_error, plan.reasons["on_error"] = rules.choose_on_error(on_error, dataset)
     if plan.on_error == "skip":
         plan.skips, plan.reasons["skipped"] = SkipLog(plan.num_workers), "damaged records skipped so far, all workers"
-    cacheplan.plan_memory(plan, dataset, hinted, io_ahead, order, shuffle, batch_size)
+    cacheplan.plan_memory(plan, dataset, hinted, io_ahead, order, shuffle, batch_size, io_depth)
     if sampler is not None:
         plan.order, plan.reasons["order"] = "sampler", f"{plan.sampler}'s (sampler=)"
     epochplan.prepare(plan, dataset, extents)
@@ -330,7 +331,7 @@ def _ordering(source: Any, plan: LoaderPlan, shuffle: Optional[bool], drop_last:
     sampler = kind(source, distributed=distributed, shuffle=True if shuffle is None else shuffle, seed=seed or 0,
                    drop_last=drop_last)
     sampler.quasi = plan.quasi
-    sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind) if plan.io_ahead else None
+    sampler.hints = Hinter(extents, plan.io_ahead, plan.drop_behind, plan.io_depth) if plan.io_ahead else None
     return {"sampler": sampler, "collate_fn": collate_fn}
 
 

@@ -34,7 +34,7 @@ def make_loader(
 
     ``options`` are ``build_loader``'s (its signature is part of this one's: ``help(make_loader)``):
     ``shuffle``, ``drop_last``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``,
-    ``read_ahead``, ``seed``, ``distributed``, ``stall_timeout``, ``order``, ``io_ahead``,
+    ``read_ahead``, ``seed``, ``distributed``, ``stall_timeout``, ``order``, ``io_ahead``, ``io_depth``,
     ``decode_threads``, ``training_threads``, ``sampler``, ``collate_fn`` and ``on_error``.
 
     ``memory_format`` (any ``device``, None included): a batch's images are N x C x H x W in
@@ -51,7 +51,8 @@ def make_loader(
     consecutive records instead, for datasets larger than memory; the default ``"auto"`` is the full
     shuffle (``"random"``) except for a bucket dataset larger than its ``cache_limit``, read through
     chunks, which it reads quasi-randomly (the reason, with both orders' forecast bytes, in the plan);
-    ``io_ahead`` is the bytes of records requested from storage ahead of the reader (``cacheplan.py``).
+    ``io_ahead`` is the bytes of records requested from storage ahead of the reader, ``io_depth`` the reads
+    of them kept in flight (measured per device by default; 0: ``posix_fadvise(WILLNEED)``; ``cacheplan.py``).
     ``decode_threads`` decodes each batch's images on that many threads where they are read (by default all usable
     CPUs when there are no workers).  ``training_threads`` caps torch's threads in this process while
     batches are read, by default to the CPUs the workers leave (at least 1); None leaves them alone.

@@ -58,9 +58,10 @@
 * ``stall_timeout``: seconds a reader may make no progress at all (no CPU
   time, no byte read, no page fault) before the loader raises; 60 by default,
   ample for any single read of a slow disk (``watchdog.py``).
-* ``storage``, ``io_ahead``, ``order``: the dataset against the memory this
-  process may use, read-ahead in the sampler's order, and the quasi-random
-  order for datasets larger than memory (``cacheplan.py``).
+* ``storage``, ``io_ahead``, ``io_depth``, ``order``: the dataset against the
+  memory this process may use, read-ahead in the sampler's order and the reads
+  it keeps in flight, and the quasi-random order for datasets larger than
+  memory (``cacheplan.py``).
 * ``memory_format``: the layout of a batch's images, channels_last by default
   (the stored HWC pixels in one copy; what convolutions on GPUs prefer), or
   contiguous (``collate.py``).
@@ -119,6 +120,7 @@ class LoaderPlan:
     stall_timeout: float = 0.0
     storage: str = "unknown"
     io_ahead: int = 0
+    io_depth: int = 0  # reads in flight for read-ahead; 0: posix_fadvise(WILLNEED) (cacheplan.py)
     order: str = "random"
     order_asked: str = "auto"  # what make_loader was given ("auto": fetchplan may choose quasi_random)
     quasi: Optional[Tuple[int, int]] = None
@@ -147,7 +149,7 @@ class LoaderPlan:
         names = ("device", "decode_on") * (self.device is not None) + (
                  "path", "num_workers", "decode_threads", "training_threads", "read_ahead", "pin_memory",
                  "persistent_workers", "prefetch_factor", "sharing_strategy", "stall_timeout", "storage", "io_ahead",
-                 "order", "hints", "reader_thread", "seeding", "memory_format") + \
+                 "io_depth", "order", "hints", "reader_thread", "seeding", "memory_format") + \
             ("sampler",) * (self.sampler is not None) + ("collate_fn",) * (self.collate_fn is not None) + \
             ("on_error",) + ("skipped",) * (self.skips is not None)
         rows = [f"  {name:<18} {getattr(self, name)!s:<15} {self.reasons.get(name, '')}" for name in names]

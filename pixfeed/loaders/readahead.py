@@ -45,6 +45,7 @@ import numpy as np
 from pixfeed.errors import PixfeedError
 from pixfeed.loaders.order import as_ints
 from pixfeed.storage.bounded import open_regular
+from pixfeed.storage.depth import Reads
 from pixfeed.storage.pagecache import Extents, dont_need, will_need
 
 REFILLS = 8  # the budget is topped up in steps of 1/REFILLS of it
@@ -52,10 +53,12 @@ REFILLS = 8  # the budget is topped up in steps of 1/REFILLS of it
 
 class Hinter:
     """Requests the next ``budget`` bytes of records in the order given to ``follow``; with
-    ``drop_behind``, drops the pages of records that many positions behind the one handed out."""
+    ``drop_behind``, drops the pages of records that many positions behind the one handed out; with
+    ``depth``, reads them with that many reads in flight (``storage.depth.Reads``), else (0) asks the kernel
+    to (``posix_fadvise(WILLNEED)``)."""
 
-    def __init__(self, extents: Extents, budget: int, drop_behind: Optional[int] = None) -> None:
-        self.extents, self.budget, self.drop_behind = extents, budget, drop_behind
+    def __init__(self, extents: Extents, budget: int, drop_behind: Optional[int] = None, depth: int = 0) -> None:
+        self.extents, self.budget, self.drop_behind, self.depth = extents, budget, drop_behind, depth
         self.active = True  # off for an epoch whose records are all in the page cache (epochplan.py)
 
     def follow(self, indices: np.ndarray) -> Iterator[int]:
@@ -64,7 +67,8 @@ class Hinter:
     def _requested(self, idx: np.ndarray) -> Iterator[int]:
         parts = getattr(self.extents, "parts", None) or [self.extents]  # a mixture: a file per source (pixfeed.mixing)
         total = sum(p.mean_length for p in parts) or 1.0
-        requests = [_Requests(p, idx, int(self.budget * p.mean_length / total), self.drop_behind) for p in parts]
+        requests = [_Requests(p, idx, int(self.budget * p.mean_length / total), self.drop_behind, self.depth)
+                    for p in parts]
         for r in requests:
             r.start()
         try:
@@ -84,9 +88,11 @@ class _Requests(threading.Thread):
     is about to request (a slice of the order), and ``ends`` holds the cumulative lengths of the
     positions requested and not yet handed out (``window`` below: at most the budget's records)."""
 
-    def __init__(self, extents: Extents, idx: np.ndarray, budget: int, drop_behind: Optional[int]) -> None:
+    def __init__(self, extents: Extents, idx: np.ndarray, budget: int, drop_behind: Optional[int],
+                 depth: int = 0) -> None:
         super().__init__(name="pixfeed-io-ahead", daemon=True)
         self.extents, self.idx, self.budget, self.drop_behind = extents, idx, max(int(budget), 1), drop_behind
+        self.depth, self.reads = depth, None  # the pool reading the requested ranges (depth > 0)
         self.position, self.hinted, self.dropped, self.stopped = 0, 0, 0, False
         self.wake_at = 0  # the reader wakes the thread when it reaches this position
         self.lo, self.ends = 0, np.zeros(0, np.int64)  # positions lo..hinted-1: cumulative lengths from lo
@@ -94,12 +100,17 @@ class _Requests(threading.Thread):
 
     def reached(self, position: int) -> None:
         self.position = position
+        if self.reads is not None:
+            self.reads.position = position
         if position >= self.wake_at:
             self.wake.set()
 
     def stop(self) -> None:
         self.stopped = True
         self.wake.set()
+        reads = self.reads
+        if reads is not None:
+            reads.stop()
 
     def run(self) -> None:
         try:
@@ -108,6 +119,12 @@ class _Requests(threading.Thread):
         except (OSError, PixfeedError):
             return  # nothing to request from: the reader names what is missing
         try:
+            if self.depth:  # a piece stale by more than drop_behind positions would read dropped pages again
+                lag = self.drop_behind if self.drop_behind is not None else \
+                    int(self.budget / max(self.extents.mean_length, 1.0))
+                self.reads = Reads(self.extents.path, self.depth, lag)
+                if self.stopped:
+                    self.reads.stop()
             while not self.stopped and self.hinted < len(self.idx):
                 if self.position < self.wake_at:
                     self.wake.wait()
@@ -118,14 +135,25 @@ class _Requests(threading.Thread):
         except (OSError, PixfeedError):
             pass  # hints are advice: a damaged or vanished record is the reader's to name, as it reads it
         finally:
+            if self.reads is not None:
+                if self.stopped:
+                    self.reads.stop()
+                self.reads.close()  # the pieces still queued are read first, unless the iteration was dropped
             os.close(fd)
+
+    def _request(self, fd: int, starts: np.ndarray, lengths: np.ndarray, first: int) -> None:
+        """Request the ranges of the positions from ``first`` on: read with depth, or advised."""
+        if self.reads is not None:
+            self.reads.add(starts, lengths, np.arange(first, first + len(starts)))
+        else:
+            will_need(fd, starts, lengths)
 
     def _top_up(self, fd: int, position: int) -> None:
         """Request records until those handed out from ``position`` on fill the budget (at least the one
         at ``position``), then set the position at which a top-up of an eighth of the budget is due."""
         if position >= self.hinted:  # the reader caught up: what it passed is requested as it goes
             starts, lengths = self.extents.of(self.idx[self.hinted:position])
-            will_need(fd, starts, lengths)
+            self._request(fd, starts, lengths, self.hinted)
             self.lo = self.hinted = position
             self.ends = np.zeros(0, np.int64)
         else:  # forget the positions handed out
@@ -140,7 +168,7 @@ class _Requests(threading.Thread):
             take = int(np.searchsorted(ends, self.budget, "right")) or int(self.hinted == position)
             if not take:
                 break
-            will_need(fd, starts[:take], lengths[:take])
+            self._request(fd, starts[:take], lengths[:take], self.hinted)
             self.ends = np.concatenate([self.ends, ends[:take]])
             self.hinted += take
             ahead = int(ends[take - 1])
