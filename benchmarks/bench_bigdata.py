@@ -2,16 +2,23 @@
 
     python benchmarks/bench_bigdata.py                      # ~3 GB of 256x256 pixels, ~4 minutes
     python benchmarks/bench_bigdata.py --records 5000 --encoded 2000 --work /tmp/bd
+    python benchmarks/bench_bigdata.py --records 5000 --cold-only   # the sequential references and cold epochs
 
 Needs root and a cgroup v1 memory controller (``/sys/fs/cgroup/memory``) for
 the over-budget rows.  Everything is measured in one run, as ratios:
 
 * ``sequential``: ``pagecache.read_rate`` of ``images.npy`` after evicting it
-  (``fsync`` + ``posix_fadvise(DONTNEED)``): the limit for the rows below.
+  (``fsync`` + ``posix_fadvise(DONTNEED)``): one stream, one read at a time.
+* ``sequential_depth``: the same file read in order with ``io_depth`` reads of
+  1 MiB in flight (``storage.depth.sequential_rate``, the depth ``make_loader``
+  chooses): what the device gives a reader that keeps its queue full.  Every
+  cold row is reported against both.
 * cold first epoch, shuffled, through ``make_loader`` (in process, checksums
-  on), with read-ahead (``io_ahead`` default) and without (``io_ahead=0``);
-  in quasi-random order; and shuffled from the same records repacked as LMDB
-  and HDF5 stored pixels.
+  on), with read-ahead read with depth (the defaults), with read-ahead as
+  ``posix_fadvise(WILLNEED)`` (``io_depth=0``, taken right after, for a fair
+  pair on a shared machine) and without read-ahead (``io_ahead=0``); in
+  quasi-random order, with depth and WILLNEED; and shuffled from the same
+  records repacked as LMDB and HDF5 stored pixels, with depth and WILLNEED.
 * a child process in a cgroup limited to half the dataset: two epochs shuffled
   and two quasi-random (``order="quasi_random"``), each against the sequential
   rate; its peak cgroup usage and RSS growth.
@@ -40,9 +47,11 @@ from pixfeed.bench.ceilings import memcopy
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
 from pixfeed.packers import pack
+from pixfeed.storage.depth import sequential_rate
 from pixfeed.storage.pagecache import evict, read_rate, resident_fraction
 
 CLASSES = 100
+REFERENCE_DEPTH = 16  # reads in flight of the sequential reference and the rows read with depth
 DISTINCT = 200  # distinct source images; the rest are hard links to them
 
 
@@ -94,24 +103,40 @@ def cold_epoch(path: Path, **options) -> dict:
     return epoch(make_loader(open_dataset(path), 256, num_workers=0, seed=1, **options))
 
 
-def child(group: str, path: str) -> None:
-    """In the cgroup: two epochs shuffled, two quasi-random; RSS and the cgroup's peak."""
+def references(data: Path, depth: int) -> dict:
+    """The cold sequential reads of ``data``: one stream, and ``depth`` reads of 1 MiB in flight; what
+    make_loader's io_depth='auto' chooses here."""
+    auto = make_loader(open_dataset(data.parent), 256, num_workers=0).pixfeed_plan
+    one = read_rate([data], cold=True)
+    evict([data])
+    resident = resident_fraction([data])
+    deep = sequential_rate([data], depth)["bytes_per_s"]
+    return {"sequential": one["bytes_per_s"], "sequential_depth": deep, "io_depth": depth, "auto_io_depth":
+            auto.io_depth, "auto_io_depth_reason": auto.reasons["io_depth"],
+            "resident_before": max(one["resident_before"] or 0.0, resident or 0.0)}
+
+
+def child(group: str, path: str, depth: str) -> None:
+    """In the cgroup: two epochs shuffled, two quasi-random, each read ahead with ``depth`` reads in flight and
+    with WILLNEED (in turns); RSS and the cgroup's peak."""
     _memlimit.join(Path(group))
     rss = lambda: int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")))  # noqa: E731,E501
     before, out = rss(), {}
     evict(files_of(Path(path)))
     for order in ("random", "quasi_random"):
-        loader = make_loader(open_dataset(path), 256, num_workers=0, seed=1, order=order)
-        out[order] = [epoch(loader)["bytes_per_s"] for _ in range(2)]
-        out[f"{order}_plan"] = str(loader.pixfeed_plan).splitlines()[-3:]
+        for name, io_depth in ((order, int(depth)), (f"{order}_willneed", 0)):
+            loader = make_loader(open_dataset(path), 256, num_workers=0, seed=1, order=order, io_depth=io_depth)
+            out[name] = [epoch(loader)["bytes_per_s"] for _ in range(2)]
+        out[f"{order}_plan"] = str(loader.pixfeed_plan).splitlines()[-4:]
     out["rss_growth_kib"] = rss() - before
     out["cgroup"] = _memlimit.usage(Path(group))
     print(json.dumps(out))
 
 
-def over_budget(path: Path, limit: int) -> dict:
+def over_budget(path: Path, limit: int, depth: int) -> dict:
     with _memlimit.memory_cgroup(limit) as group:
-        done = subprocess.run([sys.executable, __file__, "--child", str(group), str(path)], capture_output=True,
+        done = subprocess.run([sys.executable, __file__, "--child", str(group), str(path), str(depth)],
+                              capture_output=True,
                               text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -157,29 +182,39 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=15_000)
     parser.add_argument("--encoded", type=int, default=4_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/pixfeed-bigdata"))
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--io-depth", type=int, default=REFERENCE_DEPTH,
+                        help="reads in flight for the rows read with depth and the sequential reference")
+    parser.add_argument("--cold-only", action="store_true",
+                        help="only the sequential references, cold and over-budget epochs")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(*args.child)
     pixels, encoded = args.work / f"pixels-{args.records}", args.work / f"encoded-{args.encoded}"
     if not pixels.exists():
         pack(source(args.work / f"src-{args.records}", args.records), pixels, "mmap", store="pixels", size=256)
-    if not encoded.exists():
+    if not encoded.exists() and not args.cold_only:
         pack(source(args.work / f"src-e{args.encoded}", args.encoded), encoded, "mmap", store="encoded")
     data = pixels / "images.npy"
     size = data.stat().st_size
-    seq = read_rate([data], cold=True)["bytes_per_s"]
-    rows = {"sequential": seq}
-    rows["cold_shuffled"] = cold_epoch(pixels)["bytes_per_s"]
-    rows["cold_shuffled_no_read_ahead"] = cold_epoch(pixels, io_ahead=0)["bytes_per_s"]
-    rows["cold_quasi_random"] = cold_epoch(pixels, order="quasi_random")["bytes_per_s"]
+    rows = references(data, args.io_depth)
+    deep = {"io_depth": args.io_depth}
+    for name, options in (("cold_shuffled", deep), ("cold_shuffled_willneed", {"io_depth": 0}),
+                          ("cold_shuffled_no_read_ahead", {"io_ahead": 0}),
+                          ("cold_quasi_random", {"order": "quasi_random", **deep}),
+                          ("cold_quasi_random_willneed", {"order": "quasi_random", "io_depth": 0})):
+        rows[name] = cold_epoch(pixels, **options)["bytes_per_s"]
     for fmt in ("lmdb", "hdf5"):  # the same records in the other map-style formats, shuffled
         other = args.work / f"pixels-{args.records}-{fmt}"
         if not other.exists():
             pack(pixels, other, fmt, store="pixels")
-        rows[f"cold_shuffled_{fmt}"] = cold_epoch(other)["bytes_per_s"]
+        rows[f"cold_shuffled_{fmt}"] = cold_epoch(other, **deep)["bytes_per_s"]
+        rows[f"cold_shuffled_{fmt}_willneed"] = cold_epoch(other, io_depth=0)["bytes_per_s"]
     gc.collect()
-    rows["over_budget"] = over_budget(pixels, size // 2) if _memlimit.cgroup_parent() else None
+    rows["over_budget"] = over_budget(pixels, size // 2, args.io_depth) if _memlimit.cgroup_parent() else None
+    if args.cold_only:
+        report_cold(rows, size, args.records)
+        return print(json.dumps(rows))
     rows["encoded"] = encoded_rows(encoded)
     rows.update(warm_rows(pixels))
     dataset = open_dataset(pixels)
@@ -188,21 +223,39 @@ def main() -> None:
     report(rows, size, args.records)
 
 
-def report(rows: dict, size: int, records: int) -> None:
-    seq = rows["sequential"]
-    gb = lambda r: f"{r / 1e9:.2f} GB/s"  # noqa: E731
-    print(f"{records} records of 256x256x3, {size / 2**30:.2f} GiB; cold sequential read {gb(seq)}")
-    print(f"cold first epoch, shuffled:        {gb(rows['cold_shuffled'])} = {rows['cold_shuffled'] / seq:.0%} "
-          f"of sequential (without read-ahead {rows['cold_shuffled_no_read_ahead'] / seq:.0%}); quasi-random "
-          f"{rows['cold_quasi_random'] / seq:.0%}; the same records shuffled in LMDB "
-          f"{rows['cold_shuffled_lmdb'] / seq:.0%}, in HDF5 {rows['cold_shuffled_hdf5'] / seq:.0%}")
+def gb(rate: float) -> str:
+    return f"{rate / 1e9:.2f} GB/s"
+
+
+def report_cold(rows: dict, size: int, records: int) -> None:
+    seq, deep = rows["sequential"], rows["sequential_depth"]
+    print(f"{records} records of 256x256x3, {size / 2**30:.2f} GiB; cold sequential read {gb(seq)} (one stream), "
+          f"{gb(deep)} with {rows['io_depth']} reads in flight ({rows['resident_before']:.0%} cached before)")
+    print(f"  make_loader's io_depth='auto' here: {rows['auto_io_depth']} ({rows['auto_io_depth_reason']})")
+    print("cold first epoch                   GB/s     of one stream  of sequential with depth")
+    for label, name in (("shuffled, read with depth", "cold_shuffled"),
+                        ("shuffled, WILLNEED", "cold_shuffled_willneed"),
+                        ("shuffled, no read-ahead", "cold_shuffled_no_read_ahead"),
+                        ("quasi-random, read with depth", "cold_quasi_random"),
+                        ("quasi-random, WILLNEED", "cold_quasi_random_willneed"),
+                        ("LMDB shuffled, read with depth", "cold_shuffled_lmdb"),
+                        ("LMDB shuffled, WILLNEED", "cold_shuffled_lmdb_willneed"),
+                        ("HDF5 shuffled, read with depth", "cold_shuffled_hdf5"),
+                        ("HDF5 shuffled, WILLNEED", "cold_shuffled_hdf5_willneed")):
+        print(f"  {label:<33}{rows[name] / 1e9:5.2f}    {rows[name] / seq:6.0%}        {rows[name] / deep:6.0%}")
     over = rows["over_budget"]
     if over:
-        for order in ("random", "quasi_random"):
-            print(f"2x the cgroup limit, {order:<12}   epochs " +
-                  ", ".join(f"{r / seq:.0%}" for r in over[order]) + " of sequential")
+        for name in ("random", "random_willneed", "quasi_random", "quasi_random_willneed"):
+            how = "WILLNEED" if name.endswith("willneed") else f"depth {rows['io_depth']}"
+            print(f"2x the cgroup limit, {name.replace('_willneed', ''):<12} {how:<9} epochs " +
+                  ", ".join(f"{r / seq:.0%}" for r in over[name]) + " of one stream, " +
+                  ", ".join(f"{r / deep:.0%}" for r in over[name]) + " of sequential with depth")
         print(f"  cgroup peak {over['cgroup']['max_usage'] / 2**20:.0f} MiB of {over['cgroup']['limit'] / 2**20:.0f}"
               f" MiB limit, hit {over['cgroup']['failcnt']} times; RSS growth {over['rss_growth_kib'] / 1024:.0f} MiB")
+
+
+def report(rows: dict, size: int, records: int) -> None:
+    report_cold(rows, size, records)
     enc = rows["encoded"]
     print(f"encoded, cold first epoch:         {enc['cold']:.0f} images/s = {enc['cold'] / enc['warm']:.0%} of warm "
           f"({enc['warm']:.0f}); without read-ahead {enc['cold_no_read_ahead'] / enc['warm']:.0%}")

@@ -200,3 +200,46 @@ def test_cli_names_a_missing_path_and_bad_options(tmp_path, capsys):
     assert "absent: no such dataset or folder" in capsys.readouterr().err
     assert main(["doctor", "--batch-size", "0"]) == 2
     assert "--batch-size 0: must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("io_depth", [None, 0, 3])
+def test_doctor_forecasts_a_cold_shuffled_epoch_from_a_measured_sample(image_tree, tmp_path, capsys, monkeypatch,
+                                                                       io_depth):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "mmap", size=16)
+    if io_depth is not None:  # read ahead as make_loader would: WILLNEED, or threads where it is ignored
+        monkeypatch.setattr(storage, "choose_io_depth", lambda path: (io_depth, "given"))
+    finding = storage.check_epoch(tmp_path / "ds")
+    d = finding.data
+    assert finding.check == "cold epoch" and d["path"].endswith("images.npy") and d["io_depth_reason"]
+    assert io_depth is None or d["io_depth"] == io_depth
+    assert d["sample_bytes"] > 0 and d["sample_records"] >= 1 and d["sequential_bytes"] > 0
+    assert d["bytes_per_s"] == d["sample_bytes"] / d["sample_seconds"]  # the line is built from what was read
+    assert d["images_per_s"] == d["bytes_per_s"] / d["bytes_per_record"] and d["bytes_per_record"] == 16 * 16 * 3
+    assert d["fraction_of_sequential"] == d["bytes_per_s"] / d["sequential_bytes_per_s"]
+    assert finding.value.startswith(f"a cold shuffled epoch of this dataset would read at about "
+                                    f"{d['bytes_per_s'] / 1e6:.0f} MB/s ({d['images_per_s']:.0f} img/s), "
+                                    f"{d['fraction_of_sequential']:.0%} of the sequential rate")
+    assert "too little to judge" in finding.advice  # a few KiB of records
+    if io_depth is not None:
+        return
+    assert main(["doctor", str(tmp_path / "ds"), "--json"]) == 0
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert "a cold shuffled epoch of this dataset would read at about" in found["cold epoch"]["value"]
+    assert storage.check_epoch(image_tree) is None  # an image folder has no record byte ranges
+
+
+@pytest.mark.parametrize("shuffled, status", [(300e6, "warn"), (900e6, "ok")])
+def test_the_epoch_forecast_says_what_the_sample_and_sequential_read_gave(image_tree, tmp_path, monkeypatch,
+                                                                          shuffled, status):
+    from pixfeed.packers import pack
+
+    pack(image_tree, tmp_path / "ds", "mmap", size=16)
+    monkeypatch.setattr(storage, "sequential_rate", lambda files, depth, limit: {"bytes_per_s": 1e9, "bytes": 64 * MiB})
+    monkeypatch.setattr(storage, "shuffled_sample", lambda extents, depth, nbytes, seconds: {
+        "bytes": 32 * MiB, "seconds": 32 * MiB / shuffled, "bytes_per_s": shuffled, "records": 100})
+    finding = storage.check_epoch(tmp_path / "ds")
+    assert f"about {shuffled / 1e6:.0f} MB/s ({shuffled / 768:.0f} img/s), {shuffled / 1e9:.0%} of the sequential " \
+           f"rate (1000 MB/s with " in finding.value
+    assert finding.status == status and ("quasi_random" in finding.advice) == (status == "warn")

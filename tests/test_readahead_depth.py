@@ -181,17 +181,43 @@ def test_the_queue_holds_pieces_not_records(tmp_path):
     gate = threading.Event()
     reads = depth.Reads(path, 1, read=Recording(gate))
     reads.add(np.arange(4000, dtype=np.int64) * 1000, np.full(4000, 1000, np.int64), np.arange(4000))
-    queued = sum(len(rows) for rows in reads._queue)
+    queued = len(reads._queue)
     reads.stop()
     gate.set()
     reads.close()
     assert queued <= 4  # 4,000 touching records: 4 pieces of a MiB (one may be in flight)
 
 
-def test_depth_is_chosen_as_the_smallest_close_to_the_best():
-    assert depth.pick({1: 100e6, 4: 390e6, 16: 400e6}) == 4
-    assert depth.pick({1: 100e6, 4: 200e6, 16: 400e6}) == 16
-    assert depth.pick({1: 300e6, 4: 290e6, 16: 310e6}) == 1
+def test_willneed_is_found_honoured_or_ignored_by_asking_mincore(tmp_path, monkeypatch):
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(64 * BLOCK))
+    evict([path])
+    if resident_fraction([path]) != 0.0:
+        pytest.skip("this file system keeps evicted pages (tmpfs?)")
+    assert depth.willneed_honoured(path, seconds=10) is True  # the pages advised were read (at once: no timing)
+    path.read_bytes()
+    assert depth.willneed_honoured(path) is None  # every page cached: nothing to tell
+    evict([path])
+    monkeypatch.setattr(depth.os, "posix_fadvise", lambda *a: None)  # a file system that ignores the advice
+    assert depth.willneed_honoured(path, seconds=0.05) is False
+    assert depth.willneed_honoured(tmp_path / "absent") is None
+
+
+def test_io_depth_by_default_is_willneed_where_honoured_and_threads_where_ignored(tmp_path, monkeypatch):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"x" * BLOCK)
+    monkeypatch.setattr(depth, "_CHOSEN", {})
+    monkeypatch.setattr(depth, "willneed_honoured", lambda p: True)
+    chosen, why = depth.choose_io_depth(path)
+    assert chosen == 0 and "WILLNEED) is honoured here" in why and "io_depth=N" in why
+    monkeypatch.setattr(depth, "willneed_honoured", lambda p: False)
+    assert depth.choose_io_depth(path)[0] == 0  # asked once per device and process
+    monkeypatch.setattr(depth, "_CHOSEN", {})
+    for spinning, expected in ((True, depth.ROTATIONAL_DEPTH), (False, depth.SOLID_DEPTH), (None, depth.SOLID_DEPTH)):
+        monkeypatch.setattr(depth, "rotational", lambda p: spinning)
+        depth._CHOSEN.clear()
+        chosen, why = depth.choose_io_depth(path)
+        assert chosen == expected and "ignores posix_fadvise(WILLNEED)" in why and f"by {expected} threads" in why
 
 
 @pytest.fixture(scope="module")
@@ -203,8 +229,14 @@ def pixels(tmp_path_factory):
 
 def test_the_loader_reads_with_the_depth_in_its_plan(pixels, monkeypatch):
     monkeypatch.setattr(epochplan, "resident_fraction", lambda files, runs=None: 0.0)  # cold: hints on
+    monkeypatch.setattr(depth, "_CHOSEN", {})
+    monkeypatch.setattr(depth, "willneed_honoured", lambda p: False)  # a file system that ignores WILLNEED
     plan = make_loader(open_dataset(pixels), 4, num_workers=0).pixfeed_plan
     assert plan.io_depth >= 1 and "threads at once" in plan.reasons["io_depth"] and "io_depth" in str(plan)
+    monkeypatch.setattr(depth, "_CHOSEN", {})
+    monkeypatch.setattr(depth, "willneed_honoured", lambda p: True)
+    plan = make_loader(open_dataset(pixels), 4, num_workers=0).pixfeed_plan
+    assert plan.io_depth == 0 and "WILLNEED" in plan.reasons["io_depth"]
     expected = [(b.clone(), y.clone()) for b, y in make_loader(open_dataset(pixels), 4, num_workers=0, io_depth=0)]
     evict([pixels / "images.npy"])
     loader = make_loader(open_dataset(pixels), 4, num_workers=0, io_depth=3)

@@ -1,7 +1,9 @@
 """``pixfeed doctor``: what this machine gives a data loader, with a recommendation per line.
 
-Given a dataset ``PATH``, it also reads its storage and says whether epochs
-will be served from the page cache or the disk (``storage.check_cache``).
+Given a dataset ``PATH``, it also reads its storage, says whether epochs
+will be served from the page cache or the disk (``storage.check_cache``), and
+forecasts a cold shuffled epoch's read rate from a sample of its records read
+as read-ahead reads them (``storage.check_epoch``).
 
 ``diagnose`` runs every check and returns a list of ``Finding``; ``render``
 prints them as a table.  Paths are arguments so tests can use fake cgroup
@@ -52,6 +54,7 @@ def diagnose(path: Optional[Path] = None, *, batch_bytes: int = DEFAULT_BATCH_BY
         _check_storage(path, read_limit, storage_options) if path is not None else None,
         storage.check_cache(Path(path), page_cache_room(root=cgroup_root or CGROUP_ROOT, info=meminfo))
         if path is not None and not is_url(path) else None,
+        storage.check_epoch(Path(path), read_limit) if path is not None and not is_url(path) else None,
         fetch.check_fetch(str(path), storage_options, cache_limit, batch_size, image_size)
         if path is not None and is_url(path) and cache_limit is not None else None,
     ]

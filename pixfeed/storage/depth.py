@@ -17,43 +17,49 @@ out more than ``lag`` positions ago is skipped (the reader has them); the pool
 stops at once when told to, and a read that fails ends it quietly: this is
 advice, and the reader names a file that vanished or shrank when it reads it.
 
-The depth: ``choose_depth`` measures, once per device and process, how many
-random reads the storage under a file completes at depths 1, 4 and 16
-(``measure_depths``: ``O_DIRECT`` reads of ``PROBE_BYTES`` at random aligned
-offsets, so the page cache is neither used nor disturbed; at most
-``PROBE_SECONDS`` a depth) and keeps the smallest depth within 15% of the best
-rate.  Where it cannot be measured (a file too small, a file system without
-``O_DIRECT`` such as tmpfs) the device's ``queue/rotational`` flag decides:
-``ROTATIONAL_DEPTH`` for a spinning disk, else ``SOLID_DEPTH`` (virtual disks
-often say rotational when they are not, hence the measurement first).
+Whether to use it: ``choose_io_depth`` (``make_loader``'s ``io_depth="auto"``)
+keeps ``posix_fadvise(WILLNEED)`` (depth 0) where the kernel honours it
+(``willneed_honoured``: a few pages not cached are advised, and ``mincore``
+says whether they came; once per device and process): it queues a whole
+top-up's reads at once, deeper than any pool of threads, and copies nothing.
+On the 2-CPU dev machine it read cold shuffled epochs at 1.67 GB/s against
+1.28 with 16 threads, and was ahead in every other cold row of
+``bench_bigdata.py`` (the pool's copies and its threads' turns at the GIL take
+the CPU the reader needs).  Where the advice is ignored (some FUSE and ZFS
+mounts) the pool reads ahead instead, ``choose_depth`` reads in flight: 2 on a
+rotational disk (``queue/rotational``), else 16.  An O_DIRECT probe of random
+reads at depths 1, 4 and 16 was tried for choosing the depth and dropped: on
+this virtual disk a 50 ms probe ranked the depths differently from run to run.
 
 ``sequential_rate`` reads files in order with ``depth`` reads in flight: the
 reference a cold epoch is compared with (one stream, ``pagecache.read_rate``,
-gets a fraction of what a device with a deep queue gives).  ``ranges_rate``
-reads given ranges the same way: a sample of an epoch's records.
+gets a fraction of what a device with a deep queue gives), through
+``ranges_rate``, which reads given ranges the same way.
 """
 from __future__ import annotations
 
 import collections
+import ctypes
 import mmap
 import os
 import threading
 import time
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from ..errors import PixfeedError
 from .bounded import open_regular
+from .pagecache import libc
 
 PIECE = 1 << 20  # bytes of one read (each thread's buffer)
 NEAR = 32 << 10  # ranges closer than this are read as one (the gap read with them: less than one request costs)
-SOLID_DEPTH = 16  # reads in flight on an SSD/NVMe device when it cannot be measured
+SOLID_DEPTH = 16  # reads in flight on an SSD/NVMe device (or one of unknown kind)
 ROTATIONAL_DEPTH = 2  # on a spinning disk: more requests only make its head seek between them
-DEPTHS = (1, 4, 16)  # depths measured by choose_depth
-PROBE_BYTES = 128 << 10  # one measured read
-PROBE_SECONDS = 0.05  # at most this long (plus one read per thread) at each depth, once per device and process
-PROBE_READS = 64  # and at most this many reads at each depth
-WITHIN = 0.85  # the smallest depth reaching this fraction of the best measured rate is chosen
+PROBE_PAGES = 8  # pages advised by willneed_honoured
+PROBE_SECONDS = 0.2  # and how long it waits for one of them at most (a page read takes well under 10 ms)
+WILLNEED_WHY = ("cold shuffled epochs of 0.92 GiB of 256x256 pixels on the 2-CPU dev machine read at 1.67 GB/s "
+                "with WILLNEED against 1.28 with 16 threads (bench_bigdata.py --cold-only)")
 
 Reader = Callable[[int, list, int], int]  # os.preadv's signature: (fd, buffers, offset) -> bytes read
 
@@ -103,50 +109,53 @@ class Reads:
         self.depth, self.lag, self.read, self.piece, self.near = max(int(depth), 1), lag, read, piece, near
         self.position, self.reads, self.bytes, self.failed = 0, 0, 0, None
         self.stopped = False
-        self._queue: collections.deque = collections.deque()  # arrays of rows (offset, length, tag)
+        self._queue: collections.deque = collections.deque()  # (offset, length, tag) of each piece to read
         self._busy = 0
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # a piece is queued (or the pool stops)
+        self._idle = threading.Condition(self._lock)  # nothing queued or in flight
+        self._closing = False
         self._threads = [threading.Thread(target=self._work, name="pixfeed-io-depth", daemon=True)
                          for _ in range(self.depth)]
-        self._closing = False
         for thread in self._threads:
             thread.start()
 
     def add(self, starts: np.ndarray, lengths: np.ndarray, tags: Optional[np.ndarray] = None) -> None:
         """Queue the ranges (coalesced, in file order) to be read."""
-        rows = pieces(*coalesce(starts, lengths, tags, self.near), piece=self.piece)
-        if len(rows):
+        rows = pieces(*coalesce(starts, lengths, tags, self.near), piece=self.piece).tolist()
+        if rows:
             with self._lock:
                 if self.stopped:  # stopped or failed: nothing more is read
                     return
-                self._queue.append(rows)
-                self._lock.notify(min(len(rows), self.depth))
+                self._queue.extend(rows)
+                self._ready.notify(min(len(rows), self.depth))
 
-    def _next(self) -> Optional[tuple]:
+    def _next(self, got: Optional[int]) -> Optional[tuple]:
+        """Count the read just made (``got`` bytes; None before the first), then the next piece to read."""
         with self._lock:
+            if got is not None:
+                self._busy -= 1
+                self.reads += 1
+                self.bytes += got
             while True:
-                if self.stopped:
-                    return None
-                while self._queue:
-                    rows = self._queue[0]
-                    if len(rows) == 1:
-                        self._queue.popleft()
-                    else:
-                        self._queue[0] = rows[1:]
-                    offset, length, tag = (int(x) for x in rows[0])
+                while self._queue and not self.stopped:
+                    offset, length, tag = self._queue.popleft()
                     if tag >= self.position - self.lag:
                         self._busy += 1
                         return offset, length
-                if self._closing:
+                if not self._busy:
+                    self._idle.notify_all()
+                if self.stopped or self._closing:
                     return None
-                self._lock.wait()
+                self._ready.wait()
 
     def _work(self) -> None:
         buffer = mmap.mmap(-1, self.piece)  # anonymous: page-aligned, untouched until read into
         view = memoryview(buffer)
+        got = None
         try:
             while True:
-                job = self._next()
+                job = self._next(got)
                 if job is None:
                     return
                 offset, length = job
@@ -155,11 +164,6 @@ class Reads:
                 except OSError as e:  # advice only: the reader names a file that vanished or shrank
                     got, self.failed = 0, e
                     self.stop()
-                with self._lock:
-                    self._busy -= 1
-                    self.reads += 1
-                    self.bytes += got
-                    self._lock.notify_all()
         finally:
             view.release()
             buffer.close()
@@ -171,31 +175,32 @@ class Reads:
                 left = None if deadline is None else deadline - time.monotonic()
                 if self.stopped or (left is not None and left <= 0):
                     return False
-                self._lock.wait(left)
+                self._idle.wait(left)
             return True
 
     def stop(self) -> None:
         with self._lock:
             self.stopped = True
             self._queue.clear()
-            self._lock.notify_all()
+            self._ready.notify_all()
+            self._idle.notify_all()
 
     def close(self) -> None:
         """Read what is queued (nothing once stopped), end the threads, close the descriptor."""
         with self._lock:
             self._closing = True
-            self._lock.notify_all()
+            self._ready.notify_all()
         for thread in self._threads:
             thread.join()
         os.close(self.fd)
 
 
-def sequential_rate(files: List, depth: int, piece: int = PIECE) -> dict:
-    """Bytes/s of reading ``files`` once in order, ``depth`` reads of ``piece`` bytes in flight (through the page
-    cache: evict the files first for a cold read)."""
+def sequential_rate(files: List, depth: int, piece: int = PIECE, limit: Optional[int] = None) -> dict:
+    """Bytes/s of reading ``files`` once in order (at most ``limit`` bytes of each), ``depth`` reads of ``piece``
+    bytes in flight (through the page cache: evict the files first for a cold read)."""
     start, total = time.perf_counter(), 0
     for path in files:
-        size = os.stat(path).st_size
+        size = os.stat(path).st_size if limit is None else min(os.stat(path).st_size, limit)
         total += ranges_rate(path, np.zeros(1, np.int64), np.array([size], np.int64), depth, piece)["bytes"]
     seconds = max(time.perf_counter() - start, 1e-9)
     return {"bytes_per_s": total / seconds, "bytes": total, "seconds": seconds, "depth": depth}
@@ -231,89 +236,78 @@ def rotational(path) -> Optional[bool]:
     return None
 
 
-def measure_depths(path, depths: Iterable[int] = DEPTHS, seconds: float = PROBE_SECONDS,
-                   reads: int = PROBE_READS, size: int = PROBE_BYTES) -> Optional[dict]:
-    """{depth: bytes/s} of ``O_DIRECT`` reads of ``size`` bytes at random aligned offsets of ``path`` (bypassing
-    the page cache), each depth for at most ``seconds`` or ``reads`` reads; None where it cannot be measured (a
-    file smaller than 16 reads, no ``O_DIRECT``)."""
+def willneed_honoured(path, pages: int = PROBE_PAGES, seconds: float = PROBE_SECONDS) -> Optional[bool]:
+    """Whether ``posix_fadvise(WILLNEED)`` reads pages of ``path`` into the page cache here: up to ``pages``
+    pages not in the cache (of 64 evenly spaced) are advised, then asked of ``mincore`` until one is cached or
+    ``seconds`` pass (False: the file system ignores the advice); None when every sampled page is cached
+    already (nothing to tell) or it cannot be told."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_NONBLOCK)
-    except (OSError, AttributeError):
+        fd = open_regular(path)  # a FIFO swapped in is refused, never waited on
+    except (OSError, PixfeedError):
         return None
     try:
-        blocks = os.fstat(fd).st_size // size
-        if blocks < 16:
+        count = os.fstat(fd).st_size // mmap.PAGESIZE
+        if not count:
             return None
-        rng = np.random.default_rng(blocks)
-        return {d: _direct_rate(fd, d, rng.integers(0, blocks, reads) * size, size, seconds) for d in depths}
+        m = mmap.mmap(fd, count * mmap.PAGESIZE, access=mmap.ACCESS_COPY)  # never written: no page copied
+    except (OSError, ValueError):
+        os.close(fd)
+        return None
+    try:
+        with m:
+            base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            cold = [p for p in sorted(set(np.linspace(0, count - 1, 64).astype(int).tolist()))
+                    if _resident(base, p) is False][:pages]
+            if not cold:
+                return None
+            for page in cold:
+                os.posix_fadvise(fd, page * mmap.PAGESIZE, mmap.PAGESIZE, os.POSIX_FADV_WILLNEED)
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                if any(_resident(base, p) for p in cold):
+                    return True
+                time.sleep(0.002)
+            return False
     except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def _direct_rate(fd: int, depth: int, offsets: np.ndarray, size: int, seconds: float) -> float:
-    todo = iter(offsets.tolist())
-    lock, done = threading.Lock(), [0]
-    stop_at = time.perf_counter() + seconds
-    errors: list = []
-
-    def work() -> None:
-        buffer = mmap.mmap(-1, size)
-        try:
-            while time.perf_counter() < stop_at:
-                with lock:
-                    offset = next(todo, None)
-                if offset is None:
-                    return
-                n = os.preadv(fd, [buffer], offset)
-                with lock:
-                    done[0] += n
-        except OSError as e:
-            errors.append(e)
-        finally:
-            buffer.close()
-
-    start = time.perf_counter()
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(depth)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return done[0] / max(time.perf_counter() - start, 1e-9)
-
-
-def pick(rates: dict) -> int:
-    """The smallest measured depth within ``WITHIN`` of the best rate."""
-    best = max(rates.values())
-    return min(d for d, r in rates.items() if r >= WITHIN * best)
+def _resident(base: int, page: int) -> Optional[bool]:
+    vec = (ctypes.c_ubyte * 1)()
+    if libc().mincore(ctypes.c_void_p(base + page * mmap.PAGESIZE), ctypes.c_size_t(mmap.PAGESIZE), vec):
+        return None
+    return bool(vec[0] & 1)
 
 
 def choose_depth(path) -> Tuple[int, str]:
-    """(depth, reason) for reads ahead in ``path``: measured once per device and process, else from the device."""
+    """(depth, reason) of the pool for ``path`` (used where WILLNEED is not honoured, or asked for): from the
+    device's ``queue/rotational`` flag (virtual disks often say rotational when they are not: give io_depth)."""
+    spinning = rotational(path)
+    if spinning:
+        return ROTATIONAL_DEPTH, "a rotational disk (queue/rotational): few reads in flight"
+    return SOLID_DEPTH, f"{'an SSD' if spinning is False else 'a device of unknown kind'} (queue/rotational)"
+
+
+def choose_io_depth(path) -> Tuple[int, str]:
+    """(reads in flight, reason) for read-ahead in ``path`` by default: 0 (``posix_fadvise(WILLNEED)``) where the
+    kernel honours it, else the pool's depth; asked once per file system (device) and process."""
     try:
         dev = os.stat(path).st_dev
     except OSError:
-        return SOLID_DEPTH, "the file cannot be examined: the default for SSDs"
+        return 0, "the data file cannot be examined: posix_fadvise(WILLNEED)"
     if dev not in _CHOSEN:
-        _CHOSEN[dev] = _choose(path)
+        honoured = willneed_honoured(path)
+        if honoured is False:
+            depth, why = choose_depth(path)
+            _CHOSEN[dev] = depth, f"this file system ignores posix_fadvise(WILLNEED) (pages advised were not read), " \
+                                  f"so the records ahead are read by {depth} threads at once: {why}"
+        else:
+            _CHOSEN[dev] = 0, (f"posix_fadvise(WILLNEED){' is honoured here and' if honoured else ''} queues each " \
+                               f"top-up whole, deeper than threads reading and with no copy: {WILLNEED_WHY}; " \
+                               f"io_depth=N reads with N threads")
     return _CHOSEN[dev]
 
 
-_CHOSEN: dict = {}  # st_dev -> (depth, reason): measured once per device and process
-
-
-def _choose(path) -> Tuple[int, str]:
-    rates = measure_depths(path)
-    if rates:
-        depth = pick(rates)
-        measured = ", ".join(f"{d}: {r / 1e6:.0f}" for d, r in rates.items())
-        return depth, f"the smallest depth within {WITHIN:.0%} of the best random-read rate measured on this " \
-                      f"device (MB/s at depth {measured})"
-    spinning = rotational(path)
-    if spinning:
-        return ROTATIONAL_DEPTH, "a rotational disk (queue/rotational), not measured: few reads in flight"
-    return SOLID_DEPTH, f"{'an SSD' if spinning is False else 'an unknown device'} (not measured: no O_DIRECT or " \
-                        f"a small file): the default for SSDs"
+_CHOSEN: dict = {}  # st_dev -> (depth, reason), once per device and process

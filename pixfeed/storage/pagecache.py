@@ -146,7 +146,7 @@ def evict(files: Iterable[Path]) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _libc() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)  # find_library runs ldconfig: once
 
 
@@ -177,7 +177,7 @@ def resident_fraction(files: Iterable[Path], windows: Optional[int] = None) -> O
     """Fraction of the files' pages in the page cache, or None when it cannot be told; with
     ``windows``, estimated from that many evenly spaced runs of pages per large file."""
     try:
-        counts = [_resident_pages(p, _libc(), windows) for p in files]
+        counts = [_resident_pages(p, libc(), windows) for p in files]
     except (OSError, TypeError, ValueError, BufferError):
         return None
     if any(r is None for r, _ in counts):
