@@ -93,6 +93,43 @@ def test_mmap_checks_each_record_mapped_or_read(packs, tmp_path, monkeypatch, st
         dataset.read_checked([last])
 
 
+@pytest.mark.parametrize("fits", [True, False])
+@pytest.mark.parametrize("size", [12, 16])
+def test_mmap_crops_are_read_whole_checked(packs, tmp_path, monkeypatch, fits, size):
+    """get_batch writes each record's crop into the batch in one pass, yet hashes the whole record: a byte
+    flipped outside the crop (the first row, which a center crop of 12 from 16 leaves out) still fails it."""
+    import shutil
+
+    from pixfeed.datasets import mmap as reader
+
+    monkeypatch.setattr(reader, "fits_in_page_cache", lambda nbytes: fits)
+    shutil.copytree(packs / "mmap-pixels", tmp_path / "ds")
+    stored = np.load(tmp_path / "ds" / "images.npy")
+    order = [3, 0, 7, 3, 5]
+    dataset = open_dataset(tmp_path / "ds", size=size)
+    lo = (16 - size) // 2
+    expected = stored[order][:, lo:lo + size, lo:lo + size]
+    images, labels = dataset.get_batch(order)
+    assert np.array_equal(images.permute(0, 2, 3, 1).numpy(), expected)
+    assert labels.tolist() == [int(dataset[i][1]) for i in order]
+    out = np.zeros((len(order), size, size, 3), np.uint8)  # a mixture's rows of its batch
+    dataset.get_batch(order, out=out)
+    assert np.array_equal(out, expected)
+    extents = dataset.record_extents()
+    with open(extents.path, "r+b") as f:  # record 5's first byte: outside any center crop smaller than 16
+        f.seek(int(extents.starts[5]))
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CorruptDataError, match="record 5 .*checksum"):
+        dataset.get_batch(order)
+    unchecked = open_dataset(tmp_path / "ds", size=size, checksums=False).get_batch(order)[0]
+    if size < 16:  # the flipped byte is not in the crop
+        assert np.array_equal(unchecked.permute(0, 2, 3, 1).numpy(), expected)
+    else:
+        assert not np.array_equal(unchecked.permute(0, 2, 3, 1).numpy(), expected)
+
+
 class Recorder:
     def __init__(self):
         self.calls = []

@@ -382,27 +382,35 @@ class MapImageDataset(ImageRecords, torch.utils.data.Dataset):
                 columns[f.name] = codec.column([codec.decode(f, r[f.name]) for r in raw])
         return tuple(columns[n] for n in self.fields)
 
+    def read_into(self, indices: Sequence[int], out: np.ndarray) -> np.ndarray:
+        """The images of ``indices`` written into ``out`` (N x H x W x 3 uint8), checksums checked, and their
+        labels (int64): for a reader that ``reads_into`` and does no per-sample work (``cpu_bound`` False),
+        one pass over each record and nothing else per batch (a mixture's rows of its batch, pixfeed.mix)."""
+        _, _, labels = self.read_checked(indices, out=out, crop=self._slice_crop())
+        return labels
+
     def _image_batch(self, indices: Sequence[int], threads: int = 1, out: Optional[np.ndarray] = None
                      ) -> Tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         shape = self.fixed_shape
-        into = out is not None and self.reads_into and not self.cpu_bound and out.shape[1:] == self.stored_shape
-        idx, stored, labels = self.read_checked(indices, out=out) if into else self.read_checked(indices)
-        if isinstance(stored, np.ndarray) and not self.cpu_bound:
-            rows, cols = self._slice_crop()
-            batch = stored[:, rows, cols]
-            if out is not None:
-                if not into:  # read straight into ``out`` otherwise
-                    np.copyto(out, batch)
-                batch = out
-            elif self.size is not None and not batch.flags.c_contiguous:
-                batch = _copied(batch)
+        if self.reads_into and not self.cpu_bound:  # stored pixels cropped by slicing: read straight into the batch
+            idx, batch, labels = self.read_checked(indices, out=out, crop=self._slice_crop())
         else:
-            batch = batchbuffers.empty((len(idx), shape[1], shape[2], 3)) if out is None else out
-            rngs = sample_rngs(idx) if self.crop == "random" else [None] * len(idx)  # one draw for the batch
+            idx, stored, labels = self.read_checked(indices)
+            if isinstance(stored, np.ndarray) and not self.cpu_bound:
+                rows, cols = self._slice_crop()
+                batch = stored[:, rows, cols]
+                if out is not None:
+                    np.copyto(out, batch)
+                    batch = out
+                elif self.size is not None and not batch.flags.c_contiguous:
+                    batch = _copied(batch)
+            else:
+                batch = batchbuffers.empty((len(idx), shape[1], shape[2], 3)) if out is None else out
+                rngs = sample_rngs(idx) if self.crop == "random" else [None] * len(idx)  # one draw for the batch
 
-            def one(j: int) -> None:
-                batch[j] = self.pixels(stored[j], int(idx[j]), rngs[j])
-            decodepool.run(one, len(idx), threads)
+                def one(j: int) -> None:
+                    batch[j] = self.pixels(stored[j], int(idx[j]), rngs[j])
+                decodepool.run(one, len(idx), threads)
         images = torch.from_numpy(batch).permute(0, 3, 1, 2)
         if self.transform is not None:
             images = torch.stack([self.transform(x) for x in images])

@@ -20,6 +20,7 @@ Labels, checksums and offsets (16-24 bytes a record) are memory-mapped.
 """
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 
@@ -47,7 +48,8 @@ class MmapImageDataset(MapImageDataset):
 
     def _open(self) -> dict:
         n = self.manifest["count"]
-        arrays = {"labels": self._load(layout.LABELS, (n,)), "checksums": self._load(layout.CHECKSUMS, (n,))}
+        arrays = {"labels": self._load(layout.LABELS, (n,)).view(np.ndarray),  # plain views: no memmap per batch
+                  "checksums": self._load(layout.CHECKSUMS, (n,)).view(np.ndarray)}
         name = layout.IMAGES if self.store == "pixels" else layout.DATA
         if self.store == "encoded":
             arrays["offsets"] = self._load(layout.OFFSETS, (n + 1,))
@@ -115,30 +117,62 @@ class MmapImageDataset(MapImageDataset):
 
     reads_into = True
 
-    def read_checked(self, indices, out=None):
+    def read_checked(self, indices, out=None, crop=None):
         idx = self._indices(indices)
-        stored, labels, _ = self.read_stored(idx, check=self.checksums, out=out)
+        stored, labels, _ = self.read_stored(idx, check=self.checksums, out=out, crop=crop)
         return idx, stored, labels
 
-    def read_stored(self, indices: np.ndarray, check: bool = False, out=None):
+    def read_into(self, indices, out: np.ndarray) -> np.ndarray:
+        """The base class's ``read_into`` in as few steps as a batch allows: stored pixels only."""
+        if self.store != "pixels" or self.cpu_bound:
+            return super().read_into(indices, out)
+        idx, h = self._indices(indices), self.handle
+        self._read_rows(h, idx, h["checksums"][idx], self.checksums, out, self._crop)
+        return h["labels"][idx]
+
+    @functools.cached_property
+    def _crop(self):
+        return self._slice_crop()
+
+    def read_stored(self, indices: np.ndarray, check: bool = False, out=None, crop=None):
         """(records, labels, checksums); with ``check``, each record is hashed (CorruptDataError on a
-        mismatch); stored pixels gathered into ``out`` when given (N x H x W x 3, the stored shape)."""
+        mismatch).  Stored pixels are read into ``out`` when given: N x H x W x 3, the stored shape, or with
+        ``crop`` (rows, columns: slices of a stored image) the crop's shape, each record's crop written there."""
         h = self.handle
         checksums = h["checksums"][indices]
         if self.store == "pixels":
-            stored = batchbuffers.empty((len(indices), *self.stored_shape)) if out is None else out
-            if "map" in h:  # one gather (releases the GIL); mode="clip": the indices are checked, out unbuffered
-                np.take(h["map"], indices, axis=0, out=stored, mode="clip")
-                for j in range(len(indices)) if check else ():
-                    self._check(check, stored[j], checksums[j], int(indices[j]))
-            else:
-                for j, i in enumerate(indices):
-                    self._checked_read(h, int(i), lambda i=int(i), j=j: (self._copy_row(h, i, stored[j]), stored[j])[1],
-                                       check, checksums[j])
+            shape = self.stored_shape if crop is None else _sliced(self.stored_shape, crop)
+            stored = batchbuffers.empty((len(indices), *shape)) if out is None else out
+            self._read_rows(h, indices, checksums, check, stored, crop)
         else:
             stored = [self._checked_read(h, int(i), lambda i=int(i): self._record(h, i), check, checksums[j])
                       for j, i in enumerate(indices)]
         return stored, h["labels"][indices], checksums
+
+    def _read_rows(self, h: dict, indices: np.ndarray, checksums: np.ndarray, check: bool, out: np.ndarray,
+                   crop=None) -> None:
+        """Stored pixels of ``indices`` into ``out`` (their ``crop``, when given) in one pass over each record:
+        it is copied into ``out``'s row, or for a crop into one scratch row that stays in the CPU's cache,
+        hashed there, and its crop copied out.  What is hashed is this process's copy, so the pixels returned
+        are the ones checked even if the file changed under the map.  (64 records of 256x256, warm, one core:
+        1.9 ms to crop at 224, against 2.5-3.2 ms gathering the batch, hashing it and then copying its crops:
+        the gathered batch left the cache before it was read again.)"""
+        whole = crop is None or out.shape[1:] == self.stored_shape
+        scratch = None if whole or (not check and "map" in h) else batchbuffers.empty((1, *self.stored_shape))[0]
+        mapped = h.get("map")
+        for j, i in enumerate(indices.tolist()):
+            if mapped is not None and not check and not whole:  # nothing to hash: the crop copied straight
+                np.copyto(out[j], mapped[i][crop])
+                continue
+            row = out[j] if whole else scratch
+            if mapped is not None:
+                np.copyto(row, mapped[i])
+                self._check(check, row, checksums[j], i)
+            else:
+                self._checked_read(h, i, lambda i=i, row=row: (self._copy_row(h, i, row), row)[1], check,
+                                   checksums[j])
+            if not whole:
+                np.copyto(out[j], row[crop])
 
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
         return self.handle["labels"][indices]
@@ -226,6 +260,12 @@ class MmapImageDataset(MapImageDataset):
                            mean_length=float(row))
         return self.lazy_extents(layout.DATA, OffsetRanges(self.path, layout.OFFSETS, self.allow_links),
                                  [*meta, self.path / layout.OFFSETS])
+
+
+def _sliced(shape: tuple, crop) -> tuple:
+    """The shape of ``crop`` (rows, columns) of an image of ``shape`` (H, W, 3)."""
+    rows, cols = crop
+    return (len(range(*rows.indices(shape[0]))), len(range(*cols.indices(shape[1]))), *shape[2:])
 
 
 class OffsetRanges:

@@ -18,6 +18,7 @@ its fields (a third element, a batch's int64 column, or a dict's ``"source"``).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from typing import Any, List, Optional, Sequence, Tuple
@@ -138,6 +139,17 @@ class Mixture(Mixed, Dataset):
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    @functools.cached_property
+    def _columns(self) -> tuple:
+        """(image column, the batch's shape when the sources read into its rows else None, label column, and
+        whether every source reads its stored pixels straight into those rows: ``read_into``)."""
+        image, shape = _image_column(self.fields), self.fixed_shape
+        direct = shape is not None and image is not None and self.transform is None and \
+            all("out" in t for t in self._takes)
+        rows = direct and tuple(self.fields) == COLUMNS and all(
+            getattr(s, "reads_into", False) and not s.cpu_bound and s.default_fields for s in self.sources)
+        return image, shape if direct else None, _label_column(self.fields), rows
+
     @property
     def fixed_shape(self) -> Optional[Tuple[int, int, int]]:
         """The sources' common ``fixed_shape`` when each reads whole batches (``get_batch``), else None."""
@@ -158,20 +170,33 @@ class Mixture(Mixed, Dataset):
     # where a sample comes from -----------------------------------------------------------------------------
     def locate(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, record, pass) of each of ``indices`` in the current epoch."""
+        v = self._checked(indices)
+        order = np.argsort(v, kind="stable")
+        source, records, passes, _ = self._grouped(v[order])
+        out = [np.empty_like(v) for _ in range(3)]
+        for a, b in zip(out, (source, records, passes)):
+            a[order] = b
+        return tuple(out)
+
+    def _checked(self, indices: Sequence[int]) -> np.ndarray:
         v = np.asarray(indices, dtype=np.int64).reshape(-1)
         if v.size and (v.min() < 0 or v.max() >= len(self)):
             bad = v[(v < 0) | (v >= len(self))][0]
             raise IndexError(f"{self.path}: index {bad} out of range for an epoch of {len(self)} samples")
-        source = np.searchsorted(self.offsets, v, side="right") - 1
-        if len(self.sources) == 1 or not v.size or (source == source[0]).all():  # one source: no masks
-            s = int(source[0]) if v.size else 0
-            return (source, *self.streams[s].records(self.seed, self.epoch, v - self.offsets[s]))
-        records, passes, epoch = np.empty_like(v), np.empty_like(v), self.epoch
-        for s, stream in enumerate(self.streams):
-            mine = source == s
-            if stream.q and mine.any():
-                records[mine], passes[mine] = stream.records(self.seed, epoch, v[mine] - self.offsets[s])
-        return source, records, passes
+        return v
+
+    def _grouped(self, v: np.ndarray) -> tuple:
+        """(source, record, pass, bounds) of the sorted, checked indices ``v``: sources are contiguous runs
+        (their quotas are consecutive ranges), each run in its own order; ``bounds[s]:bounds[s + 1]`` is
+        source ``s``'s run.  Slices, no per-source masks: a batch of 64 in about 20 us."""
+        bounds = np.searchsorted(v, self.offsets).tolist()
+        source, records, passes = np.empty_like(v), np.empty_like(v), np.empty_like(v)
+        epoch = self.epoch
+        for s, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if lo < hi:
+                source[lo:hi] = s
+                records[lo:hi], passes[lo:hi] = self.streams[s].records(self.seed, epoch, v[lo:hi] - self.offsets[s])
+        return source, records, passes, bounds
 
     def key(self, index: int) -> str:
         """Sample ``index``'s key in its source (this epoch)."""
@@ -194,25 +219,34 @@ class Mixture(Mixed, Dataset):
     def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
         """One read per source of the batch, into its rows of one batch array (module docstring); the
         columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
-        source, records, passes = self.locate(indices)
-        order = np.lexsort((records, passes, source))  # by source, then pass, then record: reads in file order
-        source, records, passes = source[order], records[order], passes[order]
-        cuts = np.flatnonzero((np.diff(source) != 0) | (np.diff(passes) != 0)) + 1
-        bounds = [0, *cuts.tolist(), len(source)]
-        image = _image_column(self.fields)
-        shape = self.fixed_shape
-        direct = shape is not None and image is not None and self.transform is None and \
-            all("out" in t for t in self._takes)
-        out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if direct else None
+        source, records, passes, bounds = self._grouped(np.sort(self._checked(indices)))
+        runs = []  # (source, lo, hi): a run of one source and pass, its records in file order
+        for s, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if hi - lo > 1 and not self.streams[s].in_order and \
+                    (passes[lo] != passes[hi - 1] or (np.diff(records[lo:hi]) < 0).any()):
+                order = lo + np.lexsort((records[lo:hi], passes[lo:hi]))
+                records[lo:hi], passes[lo:hi] = records[order], passes[order]
+                cuts = (lo + 1 + np.flatnonzero(np.diff(passes[lo:hi]) != 0)).tolist()
+                runs += [(s, a, b) for a, b in zip([lo, *cuts], [*cuts, hi])]
+            elif lo < hi:
+                runs.append((s, lo, hi))
+        image, shape, at, rows = self._columns
+        out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if shape is not None else None
+        if rows:  # stored pixels, no per-sample work: each run read into its rows, labels into one column
+            labels = np.empty(len(source), np.int64)
+            for s, lo, hi in runs:
+                got = self.sources[s].read_into(records[lo:hi], out[lo:hi])
+                labels[lo:hi] = got if self._tables[s] is None else self._tables[s][got]
+            columns = (torch.from_numpy(out).permute(0, 3, 1, 2), torch.from_numpy(labels))
+            return (*columns, torch.from_numpy(source)) if self.with_source else columns
         parts = []
-        for lo, hi in zip(bounds, bounds[1:]):
-            s, passed = int(source[lo]), int(passes[lo])
+        for s, lo, hi in runs:
             options = {"threads": threads} if threads > 1 and "threads" in self._takes[s] else {}
             if out is not None:
                 options["out"] = out[lo:hi]
-            with self._draws(s, passed):
+            with self._draws(s, int(passes[lo])):
                 columns = list(self.sources[s].get_batch(records[lo:hi], **options))
-            table, at = self._tables[s], _label_column(self.fields)
+            table = self._tables[s]
             if table is not None and at is not None:
                 columns[at] = torch.from_numpy(table[np.asarray(columns[at])])
             parts.append(columns)

@@ -102,6 +102,7 @@ class Stream:
     def __init__(self, length: int, quota: int, source: int) -> None:
         self.n, self.q, self.source = length, quota, source
         self.whole, self.extra = divmod(quota, length)
+        self.in_order = self.whole == 1 and not self.extra  # position p of the quota is record p, in one pass
         self._perms: Dict[tuple, np.ndarray] = {}
 
     def __getstate__(self) -> dict:
@@ -122,6 +123,8 @@ class Stream:
     def records(self, seed: int, epoch: int, local: np.ndarray) -> tuple:
         """(records, passes) of quota positions ``local`` (an int64 array, each in ``0..q-1``) in ``epoch``."""
         local = np.asarray(local, dtype=np.int64)
+        if self.in_order:  # the quota is the source once (every sample once): no arithmetic
+            return local, np.full(len(local), np.int64(epoch) * 2)
         passes, records = np.divmod(local, self.n)  # whole passes: the records in their order
         extra = np.flatnonzero(passes >= self.whole)
         if extra.size:
