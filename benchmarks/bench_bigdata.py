@@ -2,26 +2,28 @@
 
     python benchmarks/bench_bigdata.py                      # ~3 GB of 256x256 pixels, ~4 minutes
     python benchmarks/bench_bigdata.py --records 5000 --encoded 2000 --work /tmp/bd
-    python benchmarks/bench_bigdata.py --records 5000 --cold-only   # the sequential references and cold epochs
+    python benchmarks/bench_bigdata.py --records 5000 --cold-only   # the sequential references, cold and cgroup epochs
 
 Needs root and a cgroup v1 memory controller (``/sys/fs/cgroup/memory``) for
 the over-budget rows.  Everything is measured in one run, as ratios:
 
 * ``sequential``: ``pagecache.read_rate`` of ``images.npy`` after evicting it
   (``fsync`` + ``posix_fadvise(DONTNEED)``): one stream, one read at a time.
-* ``sequential_depth``: the same file read in order with ``io_depth`` reads of
-  1 MiB in flight (``storage.depth.sequential_rate``, the depth ``make_loader``
-  chooses): what the device gives a reader that keeps its queue full.  Every
-  cold row is reported against both.
+* ``sequential_depth``: the same file read in order with ``--io-depth`` (16)
+  reads of 1 MiB in flight (``storage.depth.sequential_rate``): what the
+  device gives a reader that keeps its queue full.  Every cold row is
+  reported against both, with what ``make_loader``'s ``io_depth="auto"``
+  chose here and why.
 * cold first epoch, shuffled, through ``make_loader`` (in process, checksums
-  on), with read-ahead read with depth (the defaults), with read-ahead as
+  on), with read-ahead read by ``--io-depth`` threads, with read-ahead as
   ``posix_fadvise(WILLNEED)`` (``io_depth=0``, taken right after, for a fair
   pair on a shared machine) and without read-ahead (``io_ahead=0``); in
   quasi-random order, with depth and WILLNEED; and shuffled from the same
   records repacked as LMDB and HDF5 stored pixels, with depth and WILLNEED.
 * a child process in a cgroup limited to half the dataset: two epochs shuffled
-  and two quasi-random (``order="quasi_random"``), each against the sequential
-  rate; its peak cgroup usage and RSS growth.
+  and two quasi-random (``order="quasi_random"``), each read ahead with depth
+  and with WILLNEED, against both references; its peak cgroup usage and RSS
+  growth.  ``--cold-only`` stops here.
 * encoded records (mmap, decoded in workers at 224): cold first epoch with and
   without read-ahead against a warm epoch.
 * warm stored pixels (batches of 64, as ``pixfeed bench``), checksums on and
@@ -127,7 +129,8 @@ def child(group: str, path: str, depth: str) -> None:
         for name, io_depth in ((order, int(depth)), (f"{order}_willneed", 0)):
             loader = make_loader(open_dataset(path), 256, num_workers=0, seed=1, order=order, io_depth=io_depth)
             out[name] = [epoch(loader)["bytes_per_s"] for _ in range(2)]
-        out[f"{order}_plan"] = str(loader.pixfeed_plan).splitlines()[-4:]
+        out[f"{order}_plan"] = [row for row in str(loader.pixfeed_plan).splitlines()
+                                if row.split()[:1] in (["storage"], ["io_ahead"], ["io_depth"], ["order"])]
     out["rss_growth_kib"] = rss() - before
     out["cgroup"] = _memlimit.usage(Path(group))
     print(json.dumps(out))

@@ -123,11 +123,13 @@ def test_loader_memory_does_not_grow_with_the_record_count(datasets):
         assert big - small < bound, rss
 
 
-def test_read_ahead_keeps_nothing_per_record(datasets, monkeypatch):
+@pytest.mark.parametrize("io_depth", ["auto", 4])
+def test_read_ahead_keeps_nothing_per_record(datasets, monkeypatch, io_depth):
     """A cold epoch read in process with read-ahead on: what the training process allocates (Python and
     NumPy, traced: no RSS noise) grows by less than PER_RECORD_BOUND bytes a record from 10,000 records to
     200,000, the epoch order (a torch permutation, not traced) counted in; it held ~20 bytes a record (the
-    order's byte ranges and their running sums) and now only a window of the order."""
+    order's byte ranges and their running sums) and now only a window of the order.  The same with the
+    records ahead read by threads (io_depth=4): their queue holds a top-up's pieces, not the epoch's."""
     import tracemalloc
 
     from pixfeed.loaders import epochplan, make_loader
@@ -137,7 +139,7 @@ def test_read_ahead_keeps_nothing_per_record(datasets, monkeypatch):
     for n, path in datasets.items():
         tracemalloc.start()
         try:
-            loader = make_loader(open_dataset(path, size=8), 64, num_workers=0, io_ahead=1 << 20)
+            loader = make_loader(open_dataset(path, size=8), 64, num_workers=0, io_ahead=1 << 20, io_depth=io_depth)
             before = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
             batches = iter(loader)
