@@ -18,10 +18,18 @@ normalised by ``mean``/``std``, ImageNet's by default) in ``memory_format``
   copied into a pinned buffer (a ring of them, reused), copied to the device
   ``non_blocking``, and every sample's box, resize and flip made by
   ``gpu.crop_resize_batch`` in batched kernels.
+* a mixture (``pixfeed.mix``) whose sources all qualify with one kind and one geometry (encoded
+  records of one ``size``, ``crop`` and ``crop_ratio``; or stored pixels of one stored shape, ``size``
+  and ``crop``): each run of one source in a batch (``Mixture.runs``, the CPU path's order) read by
+  that source, its crops drawn from (seed, source, pass, record) as the CPU path draws them
+  (``Mixture._draws``), its labels mapped into the mixture's classes, records and plans joined into
+  one batch (``with_source=True``: the source indices come third).  The next epoch's first batch is
+  not made ahead for a mixture (which records an index names follows the mixture's epoch).
 * anything else (a ``transform``, fields: masks, second images and boxes keep
   the CPU path with the image's plan, a user's dataset, ``exact=True``, a WebDataset,
-  center-cropped stored pixels, which are a slice already): read as without ``device=``,
-  every tensor of the batch copied to the device.
+  center-cropped stored pixels, which are a slice already, a mixture with such a source or whose
+  sources differ in kind or geometry): read as without ``device=``, every tensor of the batch copied
+  to the device, the reason in the plan's ``decode_on``.
 
 The device stage runs in one reader thread for the loader's lifetime, epoch after
 epoch (``DeviceFeed``: an epoch's batches; starting an epoch ends the one before, and
@@ -62,6 +70,7 @@ from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.tune import tuned_loader
 from pixfeed.machine.cpus import available_cpus
 from pixfeed.machine.world import World
+from pixfeed.mixing.dataset import Mixture
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.loaders.seeding import INDEX, SeededSamples
 from pixfeed.seeds import crop_draws, seeded_by_index
@@ -79,6 +88,7 @@ class Encoded(NamedTuple):
     plans: geometry.Plans
     labels: torch.Tensor
     heads: list  # each record's gpu.gpu_head (None: the CPU decodes it), parsed once
+    sources: Optional[torch.Tensor] = None  # a mixture's with_source=True: each sample's source index
 
 
 class _Early(NamedTuple):
@@ -93,10 +103,13 @@ class Stored(NamedTuple):
     plans: geometry.Plans
     labels: torch.Tensor
     params: Optional[np.ndarray] = None
+    sources: Optional[torch.Tensor] = None  # a mixture's with_source=True: each sample's source index
 
 
 def feed_kind(dataset: Any) -> Tuple[str, str]:
     """(ENCODED, STORED or a description of another kind, reason): what the device can make of ``dataset``."""
+    if isinstance(dataset, Mixture):
+        return _mixture_kind(dataset)
     if isinstance(dataset, IterableDataset) or not isinstance(dataset, MapImageDataset):
         return "a dataset of its own", "not a pixfeed map-style dataset"
     if dataset.transform is not None:
@@ -112,6 +125,36 @@ def feed_kind(dataset: Any) -> Tuple[str, str]:
     if dataset.cpu_bound:
         return STORED, "stored pixels, cropped or resized"
     return "stored pixels, sliced", "a center crop of stored pixels is a slice"
+
+
+GEOMETRY = {ENCODED: ("size", "crop", "crop_ratio"), STORED: ("stored_shape", "size", "crop")}
+
+
+def _mixture_kind(mix: Mixture) -> Tuple[str, str]:
+    """``feed_kind`` of a mixture: its sources' kind when they all have it and one geometry (``GEOMETRY``:
+    a batch of several sources is then made in one step), else what keeps it on the CPU, naming the source."""
+    kinds = [feed_kind(s) for s in mix.sources]
+    for name, (kind, why) in zip(mix.names, kinds):
+        if kind not in (ENCODED, STORED):
+            return f"a mixture with {kind} ({name})", f"{name}: {why}"
+    if len({kind for kind, _ in kinds}) > 1:
+        return "a mixture of encoded records and stored pixels", "its sources differ in kind: " + ", ".join(
+            f"{name} {'encoded records' if kind == ENCODED else 'stored pixels'}"
+            for name, (kind, _) in zip(mix.names, kinds))
+    kind, why = kinds[0]
+    first = mix.sources[0]
+    for name, ds in zip(mix.names[1:], mix.sources[1:]):
+        for key in GEOMETRY[kind]:
+            if getattr(ds, key) != getattr(first, key):
+                return f"a mixture whose sources differ in {key}", (
+                    f"{name}'s {key} {getattr(ds, key)!r} differs from {mix.names[0]}'s {getattr(first, key)!r}; "
+                    "the device makes a batch in one geometry")
+    return kind, f"{why} in every source of the mixture"
+
+
+def feed_size(dataset: Any) -> Any:
+    """The output size the device makes (a mixture's: its sources' one size)."""
+    return dataset.sources[0].size if isinstance(dataset, Mixture) else getattr(dataset, "size", None)
 
 
 class DeviceRecords(Dataset):
@@ -149,6 +192,8 @@ class DeviceRecords(Dataset):
         (``seeds.crop_draws``, as the CPU path draws them), each JPEG header parsed once."""
         ds = self.dataset
         early, self.early = self.early, None
+        if isinstance(ds, Mixture):
+            return self._mixed(ds, indices)
         if early is not None and early[0] == tuple(int(i) for i in indices) and \
                 np.array_equal(early[1], crop_draws(indices) if ds.crop == "random" else None):
             return early[2]  # made ahead: the same records with the same draws
@@ -156,17 +201,39 @@ class DeviceRecords(Dataset):
         if slot is not None:  # copied once on the host: from the pack into the pinned slot
             return self._stored_into(indices, *slot)
         idx, stored, labels = ds.read_checked(indices)
-        labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-        draws = crop_draws(idx) if ds.crop == "random" else None
+        return _made(ds, self.kind, idx, stored, labels, crop_draws(idx) if ds.crop == "random" else None)
+
+    def _mixed(self, mix: Mixture, indices: Sequence[int]) -> Any:
+        """A mixture's batch (the module's docstring): each run read by its source into its rows (into the
+        staging's slot where every source reads into a given array), its crops drawn as ``Mixture.get_batch``
+        draws them (from (seed, source, pass, record)), its labels mapped; records and plans joined."""
+        source, records, passes, runs = mix.runs(indices)
+        slot = self._slot(len(source)) if self.kind == STORED else None
+        parts = []
+        for s, lo, hi in runs:
+            ds = mix.sources[s]
+            with mix._draws(s, int(passes[lo])):
+                draws = crop_draws(records[lo:hi]) if ds.crop == "random" else None
+            if slot is not None:
+                idx, stored, labels = ds.read_checked(records[lo:hi], out=slot[0][lo:hi])
+            else:
+                idx, stored, labels = ds.read_checked(records[lo:hi])
+            table = mix._tables[s]
+            parts.append(_made(ds, self.kind, idx, stored, labels if table is None else table[np.asarray(labels)],
+                               draws))
+        sources = torch.from_numpy(source) if mix.with_source else None
+        plans = _joined_plans([p.plans for p in parts])
+        labels = torch.cat([p.labels for p in parts]) if parts else torch.empty(0, dtype=torch.int64)
         if self.kind == ENCODED:
-            records = [memoryview(s) if isinstance(s, np.ndarray) else s for s in stored]  # views: not copied
-            heads = [gpu.gpu_head(r) for r in records]
-            sizes = [head.oriented if head is not None else oriented_size(r, Location(ds.where, int(i)))
-                     for r, head, i in zip(records, heads, idx)]
-            w, h = np.array(sizes, np.int64).reshape(-1, 2).T
-            return Encoded(records, geometry.plans(w, h, ds.size, ds.crop, draws, ds.crop_ratio), labels, heads)
-        pixels = stored if isinstance(stored, np.ndarray) else np.stack([np.asarray(s) for s in stored])
-        return Stored(pixels, _stored_plans(ds, pixels, draws), labels)
+            return Encoded([r for p in parts for r in p.records], plans, labels, [h for p in parts for h in p.heads],
+                           sources)
+        if slot is None:
+            return Stored(np.concatenate([p.pixels for p in parts]), plans, labels, sources=sources)
+        slot[1][:], slot[2][:] = labels.numpy(), gpu.plan_array(plans)
+        if sources is not None:
+            slot[3][:] = source
+            sources = torch.from_numpy(slot[3])
+        return Stored(slot[0], plans, torch.from_numpy(slot[1]), slot[2], sources)
 
     def _slot(self, count: int) -> Optional[List[np.ndarray]]:
         """(pixels, labels, params) arrays in the staging's next pinned slot, or None: no staging (off CUDA,
@@ -174,11 +241,13 @@ class DeviceRecords(Dataset):
         than the stage's (the watchdog's reader thread: an epoch left early may leave its read running, and a
         slot must not be written by two)."""
         ds = self.dataset
-        if self.staging is None or not ds.reads_into or get_worker_info() is not None or \
+        sources = ds.sources if isinstance(ds, Mixture) else [ds]
+        if self.staging is None or not all(s.reads_into for s in sources) or get_worker_info() is not None or \
                 (self.reader is not None and threading.current_thread() is not self.reader):
             return None
-        return self.staging.reserve([((count, *ds.stored_shape), np.uint8), ((count,), np.int64),
-                                     ((count, 9), np.int64)])
+        with_source = [((count,), np.int64)] if isinstance(ds, Mixture) and ds.with_source else []
+        return self.staging.reserve([((count, *sources[0].stored_shape), np.uint8), ((count,), np.int64),
+                                     ((count, 9), np.int64), *with_source])
 
     def _stored_into(self, indices: Sequence[int], pixels: np.ndarray, labels: np.ndarray,
                      params: np.ndarray) -> Stored:
@@ -188,6 +257,29 @@ class DeviceRecords(Dataset):
         plans = _stored_plans(ds, pixels, crop_draws(idx) if ds.crop == "random" else None)
         params[:] = gpu.plan_array(plans)
         return Stored(pixels, plans, torch.from_numpy(labels), params)
+
+
+def _made(ds: MapImageDataset, kind: str, idx: np.ndarray, stored: Any, labels: Any,
+          draws: Optional[np.ndarray]) -> Any:
+    """``Encoded`` or ``Stored`` of records ``idx`` of ``ds`` as read (``read_checked``), their crops from ``draws``."""
+    labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    if kind == ENCODED:
+        records = [memoryview(s) if isinstance(s, np.ndarray) else s for s in stored]  # views: not copied
+        heads = [gpu.gpu_head(r) for r in records]
+        sizes = [head.oriented if head is not None else oriented_size(r, Location(ds.where, int(i)))
+                 for r, head, i in zip(records, heads, idx)]
+        w, h = np.array(sizes, np.int64).reshape(-1, 2).T
+        return Encoded(records, geometry.plans(w, h, ds.size, ds.crop, draws, ds.crop_ratio), labels, heads)
+    pixels = stored if isinstance(stored, np.ndarray) else np.stack([np.asarray(s) for s in stored])
+    return Stored(pixels, _stored_plans(ds, pixels, draws), labels)
+
+
+def _joined_plans(parts: List[geometry.Plans]) -> geometry.Plans:
+    """One batch's plans from its runs' (one geometry, so all drawn or none)."""
+    if len(parts) == 1:
+        return parts[0]
+    return geometry.Plans(*(np.concatenate([getattr(p, name) for p in parts])
+                            for name in ("box", "src", "scaled", "offset", "flip")), parts[0].random)
 
 
 def _stored_plans(ds: MapImageDataset, pixels: np.ndarray, draws: Optional[np.ndarray]) -> geometry.Plans:
@@ -276,6 +368,8 @@ class DeviceStage:
         if loader is None or self.view is None or loader.num_workers or loader.pixfeed_plan.on_error != "raise" or \
                 loader.pixfeed_plan.reader_thread or not isinstance(loader.sampler, ResumableSampler):
             return None  # reader_thread: a read may wait on storage, and only the watchdog's thread bounds the wait
+        if isinstance(self.view.dataset, Mixture):
+            return None  # the records an index names follow the mixture's epoch, set when that epoch starts
         source = loader.dataset
         seeded = isinstance(source, SeededSamples) and source.mode == INDEX
         if not seeded and self.view.dataset.crop == "random":
@@ -337,13 +431,14 @@ class DeviceStage:
             if self._decoder is None:  # one for the loader's lifetime
                 self._decoder = gpu.BatchDecoder(self.device, self.backend, cpu_threads=self.cpu_threads)
             images = self._decoder.decode(batch.records, batch.plans, self.size, batch.heads)
-            labels, = self.staging.send([batch.labels.numpy()])
-            return self.images(images), labels
+            columns = self.staging.send([batch.labels.numpy(), *_source_column(batch)])
+            return (self.images(images), *columns)
         if isinstance(batch, Stored):
             params = gpu.plan_array(batch.plans) if batch.params is None else batch.params
-            pixels, labels, params = self.staging.send([batch.pixels, batch.labels.numpy(), params])
+            pixels, labels, params, *sources = self.staging.send([batch.pixels, batch.labels.numpy(), params,
+                                                                  *_source_column(batch)])  # the slot's layout
             images = gpu.crop_resize_batch(pixels.permute(0, 3, 1, 2), batch.plans, self.size, params)
-            return self.images(images), labels
+            return (self.images(images), labels, *sources)
         moved = _moved(batch, self.device)
         if isinstance(moved, dict) and "image" in moved:
             moved["image"] = self.images(moved["image"])
@@ -364,6 +459,11 @@ class DeviceStage:
             mean, std = self._norm
             images = images.float().div_(255).sub_(mean).div_(std).to(self.dtype)
         return images.contiguous(memory_format=self.memory_format)
+
+
+def _source_column(batch: Any) -> list:
+    """A mixture's source indices (``with_source=True``) as an array to send, else nothing."""
+    return [] if batch.sources is None else [batch.sources.numpy()]
 
 
 def _moved(batch: Any, device: torch.device) -> Any:
@@ -492,11 +592,14 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
     if decode_on == "auto":
         decoder = gpu.available(dev) if kind == ENCODED and dev.type == "cuda" else (False, why)
         where, reason = rules.choose_decode_on(dev, kind, available_cpus(), decoder)
+        if kind not in (ENCODED, STORED):
+            reason = f"{reason}; not made on the device: {why}"
     elif decode_on in ("device", "cpu"):
         where, reason = decode_on, rules.CALLER
         if where == "device" and kind not in (ENCODED, STORED):
             raise OptionError(f"decode_on='device': {why}; only encoded records (size=, no transform or fields) "
-                              "and stored pixels with a random crop or resize are made on the device")
+                              "and stored pixels with a random crop or resize are made on the device (in a "
+                              "mixture: every source, in one kind and geometry)")
     else:
         raise OptionError(f"decode_on {decode_on!r}: expected 'auto', 'device' or 'cpu'")
     if where == "device":
@@ -512,7 +615,7 @@ def device_loader(dataset: Any, batch_size: int, *, device: Any, dtype: torch.dt
     plan = loader.pixfeed_plan
     threaded = where == "device" or dev.type == "cuda"  # CPU batches converted on the CPU: as without device=
     stage = loader.pixfeed_device = DeviceStage(dev, kind if where == "device" else None,
-                                                getattr(dataset, "size", None), dtype, mean, std, memory_format,
+                                                feed_size(dataset), dtype, mean, std, memory_format,
                                                 backend, cpu_threads=min(gpu.CPU_THREADS, available_cpus()),
                                                 threaded=threaded, read_ahead=plan.read_ahead)
     if where == "device" and kind == ENCODED:  # one decoder for the loader's lifetime, made here, not in its thread

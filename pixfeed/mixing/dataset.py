@@ -216,11 +216,12 @@ class Mixture(Mixed, Dataset):
             sample = self.sources[source][record]
         return self._relabel(sample, source)
 
-    def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
-        """One read per source of the batch, into its rows of one batch array (module docstring); the
-        columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
+    def runs(self, indices: Sequence[int]) -> tuple:
+        """(source, record, pass, runs) of a batch's ``indices`` in the order a batch holds them (sorted,
+        grouped by source); ``runs``: (source, lo, hi) of each run of one source and pass, its records in
+        file order.  ``get_batch`` reads each run with one call, as does the device path (``loaders.device``)."""
         source, records, passes, bounds = self._grouped(np.sort(self._checked(indices)))
-        runs = []  # (source, lo, hi): a run of one source and pass, its records in file order
+        runs = []
         for s, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
             if hi - lo > 1 and not self.streams[s].in_order and \
                     (passes[lo] != passes[hi - 1] or (np.diff(records[lo:hi]) < 0).any()):
@@ -230,6 +231,12 @@ class Mixture(Mixed, Dataset):
                 runs += [(s, a, b) for a, b in zip([lo, *cuts], [*cuts, hi])]
             elif lo < hi:
                 runs.append((s, lo, hi))
+        return source, records, passes, runs
+
+    def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
+        """One read per source of the batch, into its rows of one batch array (module docstring); the
+        columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
+        source, records, passes, runs = self.runs(indices)
         image, shape, at, rows = self._columns
         out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if shape is not None else None
         if rows:  # stored pixels, no per-sample work: each run read into its rows, labels into one column
