@@ -233,19 +233,29 @@ class Mixture(Mixed, Dataset):
                 runs.append((s, lo, hi))
         return source, records, passes, runs
 
+    def _read_rows(self, source: np.ndarray, records: np.ndarray, passes: np.ndarray, bounds: list) -> tuple:
+        """(images, labels[, sources]) of a batch whose every source ``read_into``s its rows and draws nothing
+        (passes do not matter): one call per source, its records sorted (file order) in place."""
+        shape = self._columns[1]
+        out = batchbuffers.empty((len(source), shape[1], shape[2], 3))
+        labels = np.empty(len(source), np.int64)
+        for s, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            if lo < hi:
+                if not self.streams[s].in_order:
+                    records[lo:hi].sort()
+                got = self.sources[s].read_into(records[lo:hi], out[lo:hi])
+                labels[lo:hi] = got if self._tables[s] is None else self._tables[s][got]
+        columns = (torch.from_numpy(out).permute(0, 3, 1, 2), torch.from_numpy(labels))
+        return (*columns, torch.from_numpy(source)) if self.with_source else columns
+
     def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
         """One read per source of the batch, into its rows of one batch array (module docstring); the
         columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
-        source, records, passes, runs = self.runs(indices)
         image, shape, at, rows = self._columns
+        if rows:  # stored pixels, no per-sample work: one read per source into its rows
+            return self._read_rows(*self._grouped(np.sort(self._checked(indices))))
+        source, records, passes, runs = self.runs(indices)
         out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if shape is not None else None
-        if rows:  # stored pixels, no per-sample work: each run read into its rows, labels into one column
-            labels = np.empty(len(source), np.int64)
-            for s, lo, hi in runs:
-                got = self.sources[s].read_into(records[lo:hi], out[lo:hi])
-                labels[lo:hi] = got if self._tables[s] is None else self._tables[s][got]
-            columns = (torch.from_numpy(out).permute(0, 3, 1, 2), torch.from_numpy(labels))
-            return (*columns, torch.from_numpy(source)) if self.with_source else columns
         parts = []
         for s, lo, hi in runs:
             options = {"threads": threads} if threads > 1 and "threads" in self._takes[s] else {}

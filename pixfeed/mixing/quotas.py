@@ -125,6 +125,9 @@ class Stream:
         local = np.asarray(local, dtype=np.int64)
         if self.in_order:  # the quota is the source once (every sample once): no arithmetic
             return local, np.full(len(local), np.int64(epoch) * 2)
+        if not self.whole:  # a share of the source: every position is an extra
+            cut, part = divmod(int(epoch), self.n // self.extra)
+            return self.permutation(seed, cut)[part * self.extra + local], np.full(len(local), np.int64(epoch))
         passes, records = np.divmod(local, self.n)  # whole passes: the records in their order
         extra = np.flatnonzero(passes >= self.whole)
         if extra.size:
