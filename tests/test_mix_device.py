@@ -180,6 +180,22 @@ def test_resume_mid_epoch_on_the_device_path(packs):
         assert torch.equal(la, lb) and torch.equal(a, b)
 
 
+def test_workers_read_the_batches_of_the_training_process(packs):
+    """DataLoader workers read a copy of the view and its mixture (the epoch in shared memory): the batches
+    of num_workers=0, a source seen 1.5 times an epoch included."""
+    def batches(workers):
+        mix = pixfeed.mix([open_dataset(packs / p, size=SIZE, crop="random") for p in ("pix_a", "pix_b")],
+                          repeats=[1, 1.5], with_source=True)
+        loader = device_loader(mix, BATCH, device=CPU, decode_on="device", num_workers=workers, seed=SEED)
+        loader.set_epoch(3)
+        assert loader.num_workers == workers
+        return list(loader)
+    want, got = batches(0), batches(2)
+    assert len(want) == len(got) == 5
+    for w, g in zip(want, got):
+        assert all(torch.equal(a, b) for a, b in zip(w, g))
+
+
 @pytest.mark.skipif(not region.available(), reason="nvidia-nvimgcodec not installed (pixfeed[region])")
 def test_encoded_packs_match_the_cpu_path(packs, monkeypatch):
     """Encoded records of two packs (mmap and LMDB) decoded by nvImageCodec's CPU backend: the CPU path's
