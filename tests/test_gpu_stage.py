@@ -269,3 +269,24 @@ def test_nothing_is_made_ahead_where_a_read_may_wait_on_storage(pixels):
     assert stage.following() is not None
     loader.pixfeed_plan.reader_thread = True
     assert stage.following() is None
+
+
+def test_a_script_leaving_an_epoch_part_way_exits_cleanly(pixels, tmp_path):
+    """The stage's reader thread makes batches ahead inside torch kernels; a script that takes one batch and
+    returns used to abort at exit ("terminate called without an active exception", status 134) as the
+    interpreter tore torch down under that thread.  At exit the thread is now stopped and waited for."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "part_way.py"
+    script.write_text(
+        "import torch, pixfeed\n"
+        "from pixfeed.loaders.device import device_loader\n"
+        f"ds = pixfeed.open_dataset({str(pixels)!r}, size=(40, 48), crop='random')\n"
+        "loader = device_loader(ds, 4, device=torch.device('cpu'), decode_on='device', num_workers=0)\n"
+        "batch = next(iter(loader))\n"
+        "print('took', tuple(batch[0].shape))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "took (4, 3, 40, 48)" in done.stdout
+    assert "terminate called" not in done.stderr

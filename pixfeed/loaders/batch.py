@@ -20,9 +20,12 @@ so it overlaps reading with a training step that blocks.  It is off unless
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
-from typing import Any, Iterator, List, Tuple
+import time
+import weakref
+from typing import Any, Callable, Iterator, List, Tuple
 
 import torch
 from torch.utils.data import Dataset
@@ -61,6 +64,25 @@ class _Failure:
 
 
 _DONE = object()
+_LIVE: "weakref.WeakSet[ReadAhead]" = weakref.WeakSet()  # read-aheads whose thread may still run
+EXIT_WAIT = 5.0  # seconds the interpreter's exit waits in all for pixfeed's threads to leave what they are in
+AT_EXIT: List[Callable[[], List[threading.Thread]]] = []  # more threads to stop at exit (the device stage's)
+
+
+@atexit.register
+def stop_threads() -> None:
+    """At the interpreter's exit, every read-ahead thread is stopped and given ``EXIT_WAIT`` seconds in all to
+    finish the batch it is making.  A daemon thread still inside a torch kernel when the interpreter tears torch
+    down aborts the process ("terminate called without an active exception", exit status 134): a script that
+    leaves an epoch part-way and returns while batches are made ahead."""
+    threads = [t for stop in AT_EXIT for t in stop()]
+    for ahead in list(_LIVE):
+        ahead._stop.set()
+        threads.append(ahead._thread)
+    deadline = time.monotonic() + EXIT_WAIT
+    for thread in threads:
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class ReadAhead(Iterator[Any]):
@@ -71,6 +93,7 @@ class ReadAhead(Iterator[Any]):
         self._stop = threading.Event()
         self._finished = False
         self._thread = threading.Thread(target=self._fill, args=(source,), name="pixfeed-read-ahead", daemon=True)
+        _LIVE.add(self)
         self._thread.start()
 
     def _fill(self, source: Iterator[Any]) -> None:

@@ -65,6 +65,7 @@ from pixfeed.errors import Location, OptionError
 from pixfeed.image import geometry, gpu
 from pixfeed.image.decode import oriented_size
 from pixfeed.loaders import plan as rules
+from pixfeed.loaders import batch as batch_module
 from pixfeed.loaders.batch import ReadAhead
 from pixfeed.loaders.loader import PixfeedLoader, build_loader
 from pixfeed.loaders.tune import tuned_loader
@@ -328,6 +329,7 @@ class DeviceStage:
         self._jobs.put((feed.ahead, self._timed(batches), lambda: self.after_epoch(following)))  # not the feed
         if self._thread is None or not self._thread.is_alive():  # one for the loader's lifetime
             self._thread = threading.Thread(target=_read, args=(self._jobs,), name="pixfeed-device", daemon=True)
+            _READERS[self._thread] = self._jobs
             if self.view is not None:
                 self.view.reader = self._thread  # reads into the pinned slots in this thread only
             self._thread.start()
@@ -505,12 +507,30 @@ def _read(jobs: "queue.Queue[Any]") -> None:
         del job, ahead, made, after
 
 
+_READERS: "weakref.WeakKeyDictionary[threading.Thread, queue.Queue]" = weakref.WeakKeyDictionary()
+_AHEADS: "weakref.WeakSet[_Ahead]" = weakref.WeakSet()
+
+
+def _stop_readers() -> List[threading.Thread]:
+    """At exit (``batch.stop_threads``): every epoch's making stops and each reader thread ends after it."""
+    for ahead in list(_AHEADS):
+        ahead._stop.set()
+    readers = list(_READERS.items())
+    for _, jobs in readers:
+        jobs.put(None)
+    return [thread for thread, _ in readers]
+
+
+batch_module.AT_EXIT.append(_stop_readers)
+
+
 class _Ahead(ReadAhead):
     """``ReadAhead``'s queue and stop flag, filled by the stage's reader thread rather than a thread of its own."""
 
     def __init__(self, depth: int) -> None:
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=depth)
         self._stop, self._finished = threading.Event(), False
+        _AHEADS.add(self)
 
 
 class DeviceFeed(Iterator[Any]):
