@@ -10,6 +10,7 @@ import numpy as np
 from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError, OutsideDatasetError, PixfeedError
 from ..layouts import hdf5 as layout
+from ..storage import extentfile
 from ..storage.paths import LINKS_OPTION, open_inside, opened_path
 from ..storage.pagecache import Extents
 from .base import MapImageDataset
@@ -46,7 +47,8 @@ class H5ImageDataset(MapImageDataset):
     index gives its file offset and size); an encoded record lives in HDF5's
     global heap, and its unfiltered reference (length, heap collection address,
     object index) gives the collection's address: the extent is that collection,
-    sized to hold the records that share it.
+    sized to hold the records that share it.  The packer writes every record's
+    extent to ``extents.npy``; packs made before it have them looked up.
     """
     format = "hdf5"
 
@@ -150,8 +152,12 @@ class H5ImageDataset(MapImageDataset):
         return out
 
     def record_extents(self) -> Optional[Extents]:
-        """Where each record's stored bytes lie in ``data.h5`` (found when read-ahead first needs them: a
-        walk over every chunk); None when the layout hides it."""
+        """Where each record's stored bytes lie in ``data.h5``: from the pack's ``extents.npy`` (memory-mapped,
+        nothing per record kept, no chunk index read), or, in a pack made before it, looked up in the chunk
+        index as read-ahead needs them; None when the layout hides it."""
+        listed = extentfile.listed(self, layout.DATA, layout.EXTENTS)
+        if listed is not None:
+            return self.lazy_extents(layout.DATA, listed)
         with self._file() as f:
             if not self.allow_links:
                 check_contained(f, f"{self.path}/{layout.DATA}")
@@ -245,6 +251,27 @@ def check_contained(f, where: str) -> None:
     if found:
         raise OutsideDatasetError(f"{where}: {found}, outside the dataset; a dataset reads only its own files: pass "
                                   f"{LINKS_OPTION} if you trust it")
+
+
+def every_extent(data) -> Optional[tuple]:
+    """(starts, lengths) of every record of the HDF5 dataset ``data`` (pixels or encoded records) in one walk
+    of its chunk index, as ``_record_ranges`` finds those of a few: for the packer's ``extents.npy``, once
+    the file is final.  None where HDF5 does not store the records as they are read (contiguous, filtered)."""
+    if data.chunks is None or data.id.get_create_plist().get_nfilters():
+        return None
+    n, per = data.shape[0], data.chunks[0]
+    if data.ndim == 1:  # variable-length references: the records live in heap collections
+        refs = b"".join(data.id.read_direct_chunk((first,))[1] for first in range(0, n, per))
+        return _heap_extents(refs, n)
+    chunks = -(-n // per)
+    starts, sizes = np.zeros(chunks, np.int64), np.zeros(chunks, np.int64)
+
+    def chunk(info) -> None:  # chunk_iter's visitor (HDF5 walks its index once)
+        starts[info.chunk_offset[0] // per], sizes[info.chunk_offset[0] // per] = info.byte_offset, info.size
+
+    data.id.chunk_iter(chunk)
+    which = np.arange(n) // per
+    return starts[which], sizes[which]
 
 
 _VLEN_REF = np.dtype([("length", "<u4"), ("collection", "<u8"), ("index", "<u4")])

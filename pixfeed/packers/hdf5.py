@@ -5,7 +5,9 @@ process copies each finished task into data.h5 in task order while the others
 run: HDF5 has one writer, and a single file
 (rather than per-task files joined by a virtual dataset) stays portable and
 readable by any HDF5 tool.  ``images``/``encoded`` are created with a row per
-source image and shrunk to N at the end when images were skipped.
+source image and shrunk to N at the end when images were skipped.  Once
+data.h5 is closed, its chunk index gives where each record lies in it,
+written as ``extents.npy`` (``write_extents``; none for compressed pixels).
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from .. import registry
 from ..errors import OptionError
 from ..fields import codec
 from ..fields.array import stored_dtype
+from ..datasets.hdf5 import every_extent
 from ..layouts import hdf5 as layout
+from ..storage import extentfile
 from .fieldparts import FieldParts
 from .staging import StagedWriter
 from .writer import TaskResult
@@ -75,6 +79,12 @@ class H5Writer(StagedWriter):
                         "schema": json.dumps([field.to_json() for field in self.source.schema])})
         if self.source.schema:
             self._write_fields(f, results)
+
+    def write_extents(self, count: int) -> None:
+        with h5py.File(self.root / layout.DATA, "r") as f:
+            found = every_extent(f[layout.IMAGES if self.opts.store == "pixels" else layout.ENCODED])
+        if found is not None:
+            extentfile.write(self.root / layout.EXTENTS, *found)
 
     def _write_fields(self, f: h5py.File, results: List[TaskResult]) -> None:
         """fields/NAME and field_checksums/NAME, one pass over the staged fields."""
