@@ -170,18 +170,19 @@ class Mixture(Mixed, Dataset):
     # where a sample comes from -----------------------------------------------------------------------------
     def locate(self, indices: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(source, record, pass) of each of ``indices`` in the current epoch."""
-        v = self._checked(indices)
+        v = np.asarray(indices, dtype=np.int64).reshape(-1)
         order = np.argsort(v, kind="stable")
-        source, records, passes, _ = self._grouped(v[order])
+        source, records, passes, _ = self._grouped(self._checked(v[order]))
         out = [np.empty_like(v) for _ in range(3)]
         for a, b in zip(out, (source, records, passes)):
             a[order] = b
         return tuple(out)
 
     def _checked(self, indices: Sequence[int]) -> np.ndarray:
-        v = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if v.size and (v.min() < 0 or v.max() >= len(self)):
-            bad = v[(v < 0) | (v >= len(self))][0]
+        """``indices`` as a sorted int64 array, each checked to lie in the epoch (IndexError naming one)."""
+        v = np.sort(np.asarray(indices, dtype=np.int64).reshape(-1))
+        if v.size and (v[0] < 0 or v[-1] >= len(self)):
+            bad = v[0] if v[0] < 0 else v[-1]
             raise IndexError(f"{self.path}: index {bad} out of range for an epoch of {len(self)} samples")
         return v
 
@@ -220,7 +221,7 @@ class Mixture(Mixed, Dataset):
         """(source, record, pass, runs) of a batch's ``indices`` in the order a batch holds them (sorted,
         grouped by source); ``runs``: (source, lo, hi) of each run of one source and pass, its records in
         file order.  ``get_batch`` reads each run with one call, as does the device path (``loaders.device``)."""
-        source, records, passes, bounds = self._grouped(np.sort(self._checked(indices)))
+        source, records, passes, bounds = self._grouped(self._checked(indices))
         runs = []
         for s, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
             if hi - lo > 1 and not self.streams[s].in_order and \
@@ -233,27 +234,30 @@ class Mixture(Mixed, Dataset):
                 runs.append((s, lo, hi))
         return source, records, passes, runs
 
-    def _read_rows(self, source: np.ndarray, records: np.ndarray, passes: np.ndarray, bounds: list) -> tuple:
-        """(images, labels[, sources]) of a batch whose every source ``read_into``s its rows and draws nothing
-        (passes do not matter): one call per source, its records sorted (file order) in place."""
+    def _read_rows(self, v: np.ndarray) -> tuple:
+        """(images, labels[, sources]) of the sorted, checked indices ``v`` when every source ``read_into``s its
+        rows and draws nothing (passes do not matter): one call per source, its records sorted (file order)."""
+        bounds = np.searchsorted(v, self.offsets).tolist()
         shape = self._columns[1]
-        out = batchbuffers.empty((len(source), shape[1], shape[2], 3))
-        labels = np.empty(len(source), np.int64)
+        out = batchbuffers.empty((len(v), shape[1], shape[2], 3))
+        labels = np.empty(len(v), np.int64)
         for s, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
             if lo < hi:
-                if not self.streams[s].in_order:
-                    records[lo:hi].sort()
-                got = self.sources[s].read_into(records[lo:hi], out[lo:hi])
+                stream, local = self.streams[s], v[lo:hi] - self.offsets[s]
+                records = local if stream.in_order else np.sort(stream.records(self.seed, self.epoch, local)[0])
+                got = self.sources[s].read_into(records, out[lo:hi])
                 labels[lo:hi] = got if self._tables[s] is None else self._tables[s][got]
         columns = (torch.from_numpy(out).permute(0, 3, 1, 2), torch.from_numpy(labels))
-        return (*columns, torch.from_numpy(source)) if self.with_source else columns
+        if not self.with_source:
+            return columns
+        return (*columns, torch.from_numpy(np.repeat(np.arange(len(self.sources)), np.diff(bounds))))
 
     def get_batch(self, indices: Sequence[int], threads: int = 1) -> Tuple[Any, ...]:
         """One read per source of the batch, into its rows of one batch array (module docstring); the
         columns as a source's ``get_batch`` gives them, then the source indices with ``with_source``."""
         image, shape, at, rows = self._columns
         if rows:  # stored pixels, no per-sample work: one read per source into its rows
-            return self._read_rows(*self._grouped(np.sort(self._checked(indices))))
+            return self._read_rows(self._checked(indices))
         source, records, passes, runs = self.runs(indices)
         out = batchbuffers.empty((len(source), shape[1], shape[2], 3)) if shape is not None else None
         parts = []
