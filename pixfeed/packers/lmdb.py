@@ -91,11 +91,14 @@ class LmdbWriter(StagedWriter):
     def write_extents(self, count: int) -> None:
         """``extents.npy``: each record's value as the reader finds it (its address in LMDB's map of the
         file minus the map's base: an offset in data.mdb), one cursor pass over the closed file in key
-        order (a Python step per record: LMDB has no call for many)."""
+        order (a Python step per record: LMDB has no call for many).  py-lmdb touches every page of each
+        value it hands out, so the pass reads the whole file where it is no longer cached (a pack larger
+        than memory): in file order, with the kernel's read-ahead on (0.55 GiB cold: 0.3 s, against 12 s
+        with ``readahead=False``, the readers' setting for random reads)."""
         starts, lengths = np.empty(count, np.int64), np.empty(count, np.int64)
         path = self.root / DATA
         with self._errors():
-            env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=False)
+            env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=True)
             try:
                 base = mapping_base(path)
                 with env.begin(buffers=True) as txn:
