@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -41,6 +42,7 @@ _ENVS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # (st_dev, s
 _ENDS: dict = {}  # (st_dev, st_ino) -> (map's base address, the address past the file's bytes in it)
 _LOCK = threading.Lock()
 UNMAP_EVERY = 16 << 20
+CLOSE_WAIT = 2.0  # seconds to wait for an environment of the same file closing in another thread
 LOOKUPS = 32  # record addresses looked up at once for read-ahead (py-lmdb's get releases the GIL)
 
 
@@ -93,16 +95,28 @@ def environment(root: Path, allow_links: bool = False) -> tuple:
             if env is None:
                 size = check_meta(fd, path)
                 opened = opened_path(fd, path)
-                try:
-                    env = lmdb.open(opened, subdir=False, readonly=True, lock=False, readahead=False, meminit=False)
-                except lmdb.Error as e:
-                    raise CorruptDataError(f"{path}: LMDB cannot open it ({e}); the file is damaged") from None
+                env = _open_env(lmdb, opened, path)
                 base = mapping_base(opened)
                 _ENVS[st.st_dev, st.st_ino] = env
                 _ENDS[st.st_dev, st.st_ino] = base, base + min(size, env.info()["map_size"])
             return (env, *_ENDS[st.st_dev, st.st_ino])
     finally:
         os.close(fd)
+
+
+def _open_env(lmdb, opened: str, path: Path):
+    """LMDB's read-only environment of the file at ``opened``.  py-lmdb refuses a file while another
+    environment of it is open in the process; the last one of ours may be closing in another thread (its weak
+    reference already gone from ``_ENVS``, py-lmdb's close not yet done): waited for, up to ``CLOSE_WAIT`` s."""
+    deadline = time.monotonic() + CLOSE_WAIT
+    while True:
+        try:
+            return lmdb.open(opened, subdir=False, readonly=True, lock=False, readahead=False, meminit=False)
+        except lmdb.Error as e:
+            if "already open in this process" in str(e) and time.monotonic() < deadline:
+                time.sleep(0.005)
+                continue
+            raise CorruptDataError(f"{path}: LMDB cannot open it ({e}); the file is damaged") from None
 
 
 def _close_inherited() -> None:
