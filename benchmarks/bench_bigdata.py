@@ -19,7 +19,9 @@ the over-budget rows.  Everything is measured in one run, as ratios:
   ``posix_fadvise(WILLNEED)`` (``io_depth=0``, taken right after, for a fair
   pair on a shared machine) and without read-ahead (``io_ahead=0``); in
   quasi-random order, with depth and WILLNEED; and shuffled from the same
-  records repacked as LMDB and HDF5 stored pixels, with depth and WILLNEED.
+  records repacked as LMDB and HDF5 stored pixels, with depth and WILLNEED,
+  and with WILLNEED from the records' ranges looked up as in a pack made
+  before ``extents.npy`` (its manifest given without it).
 * a child process in a cgroup limited to half the dataset: two epochs shuffled
   and two quasi-random (``order="quasi_random"``), each read ahead with depth
   and with WILLNEED, against both references; its peak cgroup usage and RSS
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from PIL import Image
@@ -48,6 +51,7 @@ from pixfeed.machine import memlimit as _memlimit
 from pixfeed.bench.ceilings import memcopy
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
+from pixfeed.manifest import read_manifest
 from pixfeed.packers import pack
 from pixfeed.storage.depth import sequential_rate
 from pixfeed.storage.pagecache import evict, read_rate, resident_fraction
@@ -100,9 +104,16 @@ def cold(path: Path) -> None:
     evict(files_of(path))
 
 
-def cold_epoch(path: Path, **options) -> dict:
+def cold_epoch(path: Path, manifest: Optional[dict] = None, **options) -> dict:
     cold(path)
-    return epoch(make_loader(open_dataset(path), 256, num_workers=0, seed=1, **options))
+    return epoch(make_loader(open_dataset(path, manifest=manifest), 256, num_workers=0, seed=1, **options))
+
+
+def without_extents(path: Path) -> dict:
+    """The manifest of the LMDB or HDF5 pack ``path`` as one made before ``extents.npy``: read-ahead looks the
+    records up (LMDB, HDF5's chunk index) instead of reading their ranges from it."""
+    manifest = read_manifest(path)
+    return {**manifest, "files": {k: v for k, v in manifest["files"].items() if k != "extents.npy"}}
 
 
 def references(data: Path, depth: int) -> dict:
@@ -213,6 +224,7 @@ def main() -> None:
             pack(pixels, other, fmt, store="pixels")
         rows[f"cold_shuffled_{fmt}"] = cold_epoch(other, **deep)["bytes_per_s"]
         rows[f"cold_shuffled_{fmt}_willneed"] = cold_epoch(other, io_depth=0)["bytes_per_s"]
+        rows[f"cold_shuffled_{fmt}_lookups"] = cold_epoch(other, without_extents(other), io_depth=0)["bytes_per_s"]
     gc.collect()
     rows["over_budget"] = over_budget(pixels, size // 2, args.io_depth) if _memlimit.cgroup_parent() else None
     if args.cold_only:
@@ -243,8 +255,10 @@ def report_cold(rows: dict, size: int, records: int) -> None:
                         ("quasi-random, WILLNEED", "cold_quasi_random_willneed"),
                         ("LMDB shuffled, read with depth", "cold_shuffled_lmdb"),
                         ("LMDB shuffled, WILLNEED", "cold_shuffled_lmdb_willneed"),
+                        ("  the same, looked up", "cold_shuffled_lmdb_lookups"),
                         ("HDF5 shuffled, read with depth", "cold_shuffled_hdf5"),
-                        ("HDF5 shuffled, WILLNEED", "cold_shuffled_hdf5_willneed")):
+                        ("HDF5 shuffled, WILLNEED", "cold_shuffled_hdf5_willneed"),
+                        ("  the same, looked up", "cold_shuffled_hdf5_lookups")):
         print(f"  {label:<33}{rows[name] / 1e9:5.2f}    {rows[name] / seq:6.0%}        {rows[name] / deep:6.0%}")
     over = rows["over_budget"]
     if over:
