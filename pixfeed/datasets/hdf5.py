@@ -269,7 +269,11 @@ def every_extent(data) -> Optional[tuple]:
     def chunk(info) -> None:  # chunk_iter's visitor (HDF5 walks its index once)
         starts[info.chunk_offset[0] // per], sizes[info.chunk_offset[0] // per] = info.byte_offset, info.size
 
-    data.id.chunk_iter(chunk)
+    if hasattr(data.id, "chunk_iter"):
+        data.id.chunk_iter(chunk)
+    else:  # h5py built on HDF5 before 1.12.3 (h5py 3.8's wheels): a call a chunk
+        for k in range(data.id.get_num_chunks()):
+            chunk(data.id.get_chunk_info(k))
     which = np.arange(n) // per
     return starts[which], sizes[which]
 
