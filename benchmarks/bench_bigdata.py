@@ -25,7 +25,10 @@ the over-budget rows.  Everything is measured in one run, as ratios:
 * a child process in a cgroup limited to half the dataset: two epochs shuffled
   and two quasi-random (``order="quasi_random"``), each read ahead with depth
   and with WILLNEED, against both references; its peak cgroup usage and RSS
-  growth.  ``--cold-only`` stops here.
+  growth; for each epoch and for a sequential read with depth in the same
+  cgroup, the share of its time some task stalled on memory (PSI,
+  ``/proc/pressure/memory``, machine-wide) and the cgroup's limit hits.
+  ``--cold-only`` stops here.
 * encoded records (mmap, decoded in workers at 224): cold first epoch with and
   without read-ahead against a warm epoch.
 * warm stored pixels (batches of 64, as ``pixfeed bench``), checksums on and
@@ -129,19 +132,54 @@ def references(data: Path, depth: int) -> dict:
             "resident_before": max(one["resident_before"] or 0.0, resident or 0.0)}
 
 
+def pressure() -> tuple:
+    """(memory stall µs, monotonic µs): the kernel's memory pressure stall time, "some" (any task waiting on
+    reclaim, this cgroup's limit reclaim included; the whole machine: cgroup v1 has no per-group figure), and
+    the clock; (None, clock) where the kernel has no PSI."""
+    try:
+        some = open("/proc/pressure/memory").readline().split()
+        stalled = int(next(field for field in some if field.startswith("total=")).split("=")[1])
+    except (OSError, StopIteration, ValueError):
+        stalled = None
+    return stalled, time.monotonic() * 1e6
+
+
+def stalled_share(before: tuple, after: tuple) -> Optional[float]:
+    """The share of the time between two ``pressure()`` readings some task stalled on memory."""
+    if before[0] is None or after[0] is None:
+        return None
+    return (after[0] - before[0]) / max(after[1] - before[1], 1.0)
+
+
 def child(group: str, path: str, depth: str) -> None:
-    """In the cgroup: two epochs shuffled, two quasi-random, each read ahead with ``depth`` reads in flight and
-    with WILLNEED (in turns); RSS and the cgroup's peak."""
+    """In the cgroup: a cold sequential read of the data file (with depth), then two epochs shuffled and two
+    quasi-random, each read ahead with ``depth`` reads in flight and with WILLNEED (in turns); for each, the
+    share of its time some task stalled on memory reclaim (PSI) and the cgroup's limit hits; RSS and the
+    cgroup's peak."""
     _memlimit.join(Path(group))
     rss = lambda: int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")))  # noqa: E731,E501
-    before, out = rss(), {}
-    evict(files_of(Path(path)))
+    hits = lambda: _memlimit.usage(Path(group))["failcnt"]  # noqa: E731
+    before, out, stalls = rss(), {}, {}
+    files = files_of(Path(path))
+    evict(files)
+    mark, hit = pressure(), hits()
+    out["sequential_depth"] = sequential_rate([Path(path) / "images.npy"], int(depth))["bytes_per_s"]
+    stalls["sequential_depth"] = [(stalled_share(mark, pressure()), hits() - hit)]
+    evict(files)
     for order in ("random", "quasi_random"):
         for name, io_depth in ((order, int(depth)), (f"{order}_willneed", 0)):
             loader = make_loader(open_dataset(path), 256, num_workers=0, seed=1, order=order, io_depth=io_depth)
-            out[name] = [epoch(loader)["bytes_per_s"] for _ in range(2)]
-        out[f"{order}_plan"] = [row for row in str(loader.pixfeed_plan).splitlines()
+            out[name], stalls[name] = [], []
+            for _ in range(2):
+                mark, hit = pressure(), hits()
+                out[name].append(epoch(loader, keep=True)["bytes_per_s"])
+                stalls[name].append((stalled_share(mark, pressure()), hits() - hit))
+            plan = str(loader.pixfeed_plan)
+            del loader
+            gc.collect()
+        out[f"{order}_plan"] = [row for row in plan.splitlines()
                                 if row.split()[:1] in (["storage"], ["io_ahead"], ["io_depth"], ["order"])]
+    out["stalls"] = stalls
     out["rss_growth_kib"] = rss() - before
     out["cgroup"] = _memlimit.usage(Path(group))
     print(json.dumps(out))
@@ -269,6 +307,12 @@ def report_cold(rows: dict, size: int, records: int) -> None:
                   ", ".join(f"{r / deep:.0%}" for r in over[name]) + " of sequential with depth")
         print(f"  cgroup peak {over['cgroup']['max_usage'] / 2**20:.0f} MiB of {over['cgroup']['limit'] / 2**20:.0f}"
               f" MiB limit, hit {over['cgroup']['failcnt']} times; RSS growth {over['rss_growth_kib'] / 1024:.0f} MiB")
+        share = lambda s: "n/a" if s is None else f"{s:.1%}"  # noqa: E731
+        print(f"  memory stalls (PSI 'some', share of each read's time; the cgroup's limit hits): sequential read "
+              f"with depth in the cgroup {share(over['stalls']['sequential_depth'][0][0])} "
+              f"({over['stalls']['sequential_depth'][0][1]} hits, {gb(over['sequential_depth'])})")
+        for name in ("random", "random_willneed", "quasi_random", "quasi_random_willneed"):
+            print(f"    {name:<22} epochs " + ", ".join(f"{share(s)} ({h} hits)" for s, h in over["stalls"][name]))
 
 
 def report(rows: dict, size: int, records: int) -> None:

@@ -41,7 +41,7 @@ from torch.utils.data import IterableDataset
 from pixfeed.errors import OptionError, require_int
 from pixfeed.loaders.order import ORDERS, quasi_sizes
 from pixfeed.machine.memory import CACHE_FRACTION, fits_in_page_cache, page_cache_room
-from pixfeed.storage.depth import choose_io_depth as default_io_depth
+from pixfeed.storage.depth import choose_depth, choose_io_depth as default_io_depth
 from pixfeed.storage.pagecache import Extents
 
 MAX_IO_AHEAD = 256 << 20
@@ -84,8 +84,16 @@ def choose_io_ahead(requested: Any, extents: Optional[Extents], room: Optional[i
                    f"{mib(MAX_IO_AHEAD)} and 1/8 of the page cache room)"
 
 
-def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int) -> tuple:
-    """(reads in flight for read-ahead, reason); 0: advised with ``posix_fadvise(WILLNEED)`` instead."""
+LIMITED_WHY = ("in a cgroup limited to half of 0.92 GiB of 256x256 pixels on the 2-CPU dev machine, the second "
+               "shuffled epoch read at 0.81-0.82 of a cold sequential read with 16 threads against 0.66-0.69 with "
+               "WILLNEED, whose pages are reclaimed before they are read (bench_bigdata.py --cold-only, two runs)")
+
+
+def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int, storage: str = "page_cache") -> tuple:
+    """(reads in flight for read-ahead, reason); 0: advised with ``posix_fadvise(WILLNEED)`` instead.  By default
+    WILLNEED where the kernel honours it (``storage.depth.choose_io_depth``), but threads for a dataset larger
+    than the page cache this process may keep (``storage == "disk"``): they read only what is asked, when it
+    is asked, and the pages they bring in are used before reclaim takes them."""
     if requested != "auto":
         depth = 0 if requested is False else require_int("io_depth", requested, 0, auto=True)
         if depth > MAX_IO_DEPTH:
@@ -96,7 +104,12 @@ def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int) -> 
         return depth, "set by caller" + ("" if depth else ": read-ahead asks the kernel (posix_fadvise WILLNEED)")
     if not budget or extents is None:
         return 0, "no read-ahead (io_ahead)"
-    return default_io_depth(extents.path)
+    depth, why = default_io_depth(extents.path)
+    if depth or storage != "disk":
+        return depth, why
+    depth, kind = choose_depth(extents.path)
+    return depth, f"the dataset is larger than the page cache this process may keep: {depth} threads read the " \
+                  f"records ahead ({kind}): {LIMITED_WHY}"
 
 
 def choose_order(order: str, shuffle: Optional[bool], budget: int, extents: Optional[Extents]) -> tuple:
@@ -135,7 +148,7 @@ def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: A
     room = page_cache_room()
     plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
     plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
-    plan.io_depth, plan.reasons["io_depth"] = choose_io_depth(io_depth, extents, plan.io_ahead)
+    plan.io_depth, plan.reasons["io_depth"] = choose_io_depth(io_depth, extents, plan.io_ahead, plan.storage)
     plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
     if isinstance(dataset, IterableDataset) and plan.order == "random":
         plan.reasons["order"] = own_order(dataset, shuffle)
