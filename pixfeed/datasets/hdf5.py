@@ -252,9 +252,9 @@ def check_contained(f, where: str) -> None:
 
 
 def every_extent(data) -> Optional[tuple]:
-    """(starts, lengths) of every record of the HDF5 dataset ``data`` (pixels or encoded records) in one walk
-    of its chunk index, as ``_record_ranges`` finds those of a few: for the packer's ``extents.npy``, once
-    the file is final.  None where HDF5 does not store the records as they are read (contiguous, filtered)."""
+    """(starts, lengths) of every record of the HDF5 dataset ``data`` (pixels or encoded records), chunk by
+    chunk as ``_record_ranges`` finds those of a few: for the packer's ``extents.npy``, from the writer's own
+    handle once every record is in place.  None where HDF5 does not store the records as they are read (contiguous, filtered)."""
     if data.chunks is None or data.id.get_create_plist().get_nfilters():
         return None
     n, per = data.shape[0], data.chunks[0]
@@ -263,8 +263,8 @@ def every_extent(data) -> Optional[tuple]:
         return _heap_extents(refs, n)
     chunks, zeros = -(-n // per), (0,) * (data.ndim - 1)
     starts, sizes = np.zeros(chunks, np.int64), np.zeros(chunks, np.int64)
-    # A lookup a chunk, as read-ahead's own lookups make them: h5py's chunk_iter (one walk of the index) left HDF5
-    # in a state that crashed a later H5Dclose of the process (a segfault in 5 full test runs of 5).
+    # A lookup a chunk, as read-ahead's own lookups make them (h5py's chunk_iter, one walk of the index, needs
+    # HDF5 1.12.3 or later under h5py; this works with every h5py the project supports).
     for k in range(chunks):
         info = data.id.get_chunk_info_by_coord((k * per, *zeros))
         starts[k], sizes[k] = info.byte_offset, info.size
