@@ -5,10 +5,7 @@ process copies each finished task into data.h5 in task order while the others
 run: HDF5 has one writer, and a single file
 (rather than per-task files joined by a virtual dataset) stays portable and
 readable by any HDF5 tool.  ``images``/``encoded`` are created with a row per
-source image and shrunk to N at the end when images were skipped.  Once
-every record is in data.h5, its chunk index gives where each lies in it,
-written as ``extents.npy`` once the file is closed (``write_extents``; none
-for compressed pixels).
+source image and shrunk to N at the end when images were skipped.
 """
 from __future__ import annotations
 
@@ -23,9 +20,7 @@ from .. import registry
 from ..errors import OptionError
 from ..fields import codec
 from ..fields.array import stored_dtype
-from ..datasets.hdf5 import every_extent
 from ..layouts import hdf5 as layout
-from ..storage import extentfile
 from .fieldparts import FieldParts
 from .staging import StagedWriter
 from .writer import TaskResult
@@ -36,7 +31,6 @@ _ROWS = 256
 class H5Writer(StagedWriter):
     """Stages records, then copies them into data.h5 (one writer) in task order."""
     needs_shape = False  # an encoded row is the file's bytes only
-    _extents = None  # (starts, lengths) found by complete_output, written by write_extents once data.h5 is closed
 
     def begin(self, tasks: List[np.ndarray]) -> None:
         compression = self.opts.compression
@@ -81,16 +75,6 @@ class H5Writer(StagedWriter):
                         "schema": json.dumps([field.to_json() for field in self.source.schema])})
         if self.source.schema:
             self._write_fields(f, results)
-        # Where each record lies, from this handle once every record is in place (chunk addresses do not move at
-        # close): data.h5 is not opened a second time in this process, which crashed HDF5 (a segfault in a later
-        # H5Dclose, 3 full test runs in 3) when the closed writer's file was opened again at once.
-        f.flush()
-        self._extents = every_extent(f[layout.IMAGES if self.opts.store == "pixels" else layout.ENCODED])
-
-    def write_extents(self, count: int) -> None:
-        found, self._extents = self._extents, None
-        if found is not None:
-            extentfile.write(self.root / layout.EXTENTS, *found)
 
     def _write_fields(self, f: h5py.File, results: List[TaskResult]) -> None:
         """fields/NAME and field_checksums/NAME, one pass over the staged fields."""
