@@ -104,10 +104,9 @@ def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int, sto
         return depth, "set by caller" + ("" if depth else ": read-ahead asks the kernel (posix_fadvise WILLNEED)")
     if not budget or extents is None:
         return 0, "no read-ahead (io_ahead)"
-    depth, why = default_io_depth(extents.path)
-    if depth or storage != "disk":
-        return depth, why
-    depth, kind = choose_depth(extents.path)
+    if storage != "disk":
+        return default_io_depth(extents.path)
+    depth, kind = choose_depth(extents.path)  # threads whatever WILLNEED does here: no probe of it needed
     return depth, f"the dataset is larger than the page cache this process may keep: {depth} threads read the " \
                   f"records ahead ({kind}): {LIMITED_WHY}"
 
