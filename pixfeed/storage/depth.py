@@ -162,7 +162,7 @@ class Reads:
                 try:
                     got = self.read(self.fd, [view[:length]], offset)
                 except OSError as e:  # advice only: the reader names a file that vanished or shrank
-                    got, self.failed = 0, e
+                    got, self.failed = 0, e.with_traceback(None)  # its frames held the buffer's slice: close failed
                     self.stop()
         finally:
             view.release()
