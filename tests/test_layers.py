@@ -24,8 +24,8 @@ import pixfeed
 
 BASE, IMAGE, CONTRACT, FORMATS, LOADERS, TOOLS = range(6)
 LAYERS = {
-    # base: errors, what the machine gives (CPUs, memory, cgroup limits, the distributed world),
-    # words and tables for the console, checksums, per-sample seeds
+    # base: errors, what the machine gives (CPUs, memory, cgroup limits, a process's delay accounting, the
+    # distributed world), words and tables for the console, checksums, per-sample seeds
     "errors.py": BASE, "machine/": BASE, "console/": BASE, "checksum.py": BASE, "seeds.py": BASE,
     # image: every path from stored bytes to pixels, and the geometry of resizes and crops
     "image/": IMAGE,
