@@ -26,9 +26,11 @@ the over-budget rows.  Everything is measured in one run, as ratios:
   and two quasi-random (``order="quasi_random"``), each read ahead with depth
   and with WILLNEED, against both references; its peak cgroup usage and RSS
   growth; for each epoch and for a sequential read with depth in the same
-  cgroup, the share of its time some task stalled on memory (PSI,
-  ``/proc/pressure/memory``, machine-wide) and the cgroup's limit hits.
-  ``--cold-only`` stops here.
+  cgroup, the child's own stalls: its threads' time in direct reclaim and on
+  refaulted pages (the kernel's delay accounting, ``machine.delays``, turned
+  on before the child starts), summed over threads as a share of the read's
+  wall time, and the cgroup's own ``memory.stat`` file refaults and major
+  faults and its limit hits (``memory.failcnt``).  ``--cold-only`` stops here.
 * encoded records (mmap, decoded in workers at 224): cold first epoch with and
   without read-ahead against a warm epoch.
 * warm stored pixels (batches of 64, as ``pixfeed bench``), checksums on and
@@ -51,6 +53,7 @@ import numpy as np
 from PIL import Image
 
 from pixfeed.machine import memlimit as _memlimit
+from pixfeed.machine.delays import delay_accounting, process_delays
 from pixfeed.bench.ceilings import memcopy
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
@@ -132,48 +135,50 @@ def references(data: Path, depth: int) -> dict:
             "resident_before": max(one["resident_before"] or 0.0, resident or 0.0)}
 
 
-def pressure() -> tuple:
-    """(memory stall µs, monotonic µs): the kernel's memory pressure stall time, "some" (any task waiting on
-    reclaim, this cgroup's limit reclaim included; the whole machine: cgroup v1 has no per-group figure), and
-    the clock; (None, clock) where the kernel has no PSI."""
-    try:
-        some = open("/proc/pressure/memory").readline().split()
-        stalled = int(next(field for field in some if field.startswith("total=")).split("=")[1])
-    except (OSError, StopIteration, ValueError):
-        stalled = None
-    return stalled, time.monotonic() * 1e6
+def stall_mark(group: Path) -> dict:
+    """Where a read's stall figures start: the clock, this process's delays (all its threads), the cgroup's
+    ``memory.stat`` counters and its limit hits."""
+    return {"clock": time.perf_counter(), "delays": process_delays(), "stat": _memlimit.stat(group),
+            "hits": _memlimit.usage(group)["failcnt"]}
 
 
-def stalled_share(before: tuple, after: tuple) -> Optional[float]:
-    """The share of the time between two ``pressure()`` readings some task stalled on memory."""
-    if before[0] is None or after[0] is None:
-        return None
-    return (after[0] - before[0]) / max(after[1] - before[1], 1.0)
+def stalls_since(mark: dict, group: Path) -> dict:
+    """Since ``mark``: this process's threads' time in direct reclaim and on refaulted pages (thrashing), each
+    summed over threads as a share of the wall time, with the counts of waits; the cgroup's file refaults, major
+    faults and limit hits.  Not block I/O: the kernel counts a thread's wait on I/O when another wakes it, and
+    new threads of the depth pool were charged the machine's uptime for a first wait (6.18)."""
+    now = stall_mark(group)
+    seconds = now["clock"] - mark["clock"]
+    spent = now["delays"] - mark["delays"]
+    grew = lambda name: now["stat"][name] - mark["stat"][name] if name in now["stat"] else None  # noqa: E731
+    return {"seconds": seconds, "reclaim": spent.share("reclaim", seconds), "reclaim_count": spent.reclaim_count,
+            "thrashing": spent.share("thrashing", seconds), "thrashing_count": spent.thrashing_count,
+            "delays_reason": spent.reason,
+            "refaults": grew("workingset_refault_file"), "majfaults": grew("pgmajfault"),
+            "hits": now["hits"] - mark["hits"]}
 
 
 def child(group: str, path: str, depth: str) -> None:
     """In the cgroup: a cold sequential read of the data file (with depth), then two epochs shuffled and two
-    quasi-random, each read ahead with ``depth`` reads in flight and with WILLNEED (in turns); for each, the
-    share of its time some task stalled on memory reclaim (PSI) and the cgroup's limit hits; RSS and the
-    cgroup's peak."""
+    quasi-random, each read ahead with ``depth`` reads in flight and with WILLNEED (in turns); for each, this
+    process's stalls and the cgroup's refaults and limit hits (``stalls_since``); RSS and the cgroup's peak."""
     _memlimit.join(Path(group))
     rss = lambda: int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmRSS")))  # noqa: E731,E501
-    hits = lambda: _memlimit.usage(Path(group))["failcnt"]  # noqa: E731
-    before, out, stalls = rss(), {}, {}
+    before, out, stalls, group = rss(), {}, {}, Path(group)
     files = files_of(Path(path))
     evict(files)
-    mark, hit = pressure(), hits()
+    mark = stall_mark(group)
     out["sequential_depth"] = sequential_rate([Path(path) / "images.npy"], int(depth))["bytes_per_s"]
-    stalls["sequential_depth"] = [(stalled_share(mark, pressure()), hits() - hit)]
+    stalls["sequential_depth"] = [stalls_since(mark, group)]
     evict(files)
     for order in ("random", "quasi_random"):
         for name, io_depth in ((order, int(depth)), (f"{order}_willneed", 0)):
             loader = make_loader(open_dataset(path), 256, num_workers=0, seed=1, order=order, io_depth=io_depth)
             out[name], stalls[name] = [], []
             for _ in range(2):
-                mark, hit = pressure(), hits()
+                mark = stall_mark(group)
                 out[name].append(epoch(loader, keep=True)["bytes_per_s"])
-                stalls[name].append((stalled_share(mark, pressure()), hits() - hit))
+                stalls[name].append(stalls_since(mark, group))
             plan = str(loader.pixfeed_plan)
             del loader
             gc.collect()
@@ -181,12 +186,14 @@ def child(group: str, path: str, depth: str) -> None:
                                 if row.split()[:1] in (["storage"], ["io_ahead"], ["io_depth"], ["order"])]
     out["stalls"] = stalls
     out["rss_growth_kib"] = rss() - before
-    out["cgroup"] = _memlimit.usage(Path(group))
+    out["cgroup"] = _memlimit.usage(group)
     print(json.dumps(out))
 
 
 def over_budget(path: Path, limit: int, depth: int) -> dict:
-    with _memlimit.memory_cgroup(limit) as group:
+    """The child's rows; delay accounting is on from before the child starts (the kernel counts only the
+    threads created while it is on) to its end, then back as it was."""
+    with _memlimit.memory_cgroup(limit) as group, delay_accounting():
         done = subprocess.run([sys.executable, __file__, "--child", str(group), str(path), str(depth)],
                               capture_output=True,
                               text=True, check=True)
@@ -307,12 +314,28 @@ def report_cold(rows: dict, size: int, records: int) -> None:
                   ", ".join(f"{r / deep:.0%}" for r in over[name]) + " of sequential with depth")
         print(f"  cgroup peak {over['cgroup']['max_usage'] / 2**20:.0f} MiB of {over['cgroup']['limit'] / 2**20:.0f}"
               f" MiB limit, hit {over['cgroup']['failcnt']} times; RSS growth {over['rss_growth_kib'] / 1024:.0f} MiB")
-        share = lambda s: "n/a" if s is None else f"{s:.1%}"  # noqa: E731
-        print(f"  memory stalls (PSI 'some', share of each read's time; the cgroup's limit hits): sequential read "
-              f"with depth in the cgroup {share(over['stalls']['sequential_depth'][0][0])} "
-              f"({over['stalls']['sequential_depth'][0][1]} hits, {gb(over['sequential_depth'])})")
-        for name in ("random", "random_willneed", "quasi_random", "quasi_random_willneed"):
-            print(f"    {name:<22} epochs " + ", ".join(f"{share(s)} ({h} hits)" for s, h in over["stalls"][name]))
+        report_stalls(over, rows["io_depth"])
+
+
+def report_stalls(over: dict, depth: int) -> None:
+    """The child's stalls per read: its own (delay accounting) and its cgroup's (memory.stat, failcnt)."""
+    def row(s: dict) -> str:
+        share = lambda x: "n/a" if x is None else f"{x:.1%}"  # noqa: E731
+        return (f"reclaim {share(s['reclaim']):>6} ({s['reclaim_count']} waits), thrashing "
+                f"{share(s['thrashing']):>6} ({s['thrashing_count']} waits); {s['refaults']} refaults, "
+                f"{s['majfaults']} major faults, {s['hits']} limit hits")
+    print("  stalls in the cgroup, per read: the child's threads in direct reclaim and on refaulted pages "
+          "(thrashing),\n  summed over threads as a share of the read's wall time; the cgroup's file refaults, "
+          "major faults, limit hits")
+    first = over["stalls"]["sequential_depth"][0]
+    if first["delays_reason"]:
+        print(f"  (no delay accounting: {first['delays_reason']})")
+    print(f"    {f'sequential, depth {depth}':<33}{row(first)} ({gb(over['sequential_depth'])})")
+    for name in ("random", "random_willneed", "quasi_random", "quasi_random_willneed"):
+        how = "WILLNEED" if name.endswith("willneed") else f"depth {depth}"
+        order = name.replace("_willneed", "")
+        for k, s in enumerate(over["stalls"][name], 1):
+            print(f"    {f'{order}, {how}, epoch {k}':<33}{row(s)}")
 
 
 def report(rows: dict, size: int, records: int) -> None:
