@@ -294,6 +294,50 @@ def test_real_full_disk(tmp_path, mount, fmt, store):
     assert _leftovers(fs) == [] and _snapshot(dst) == before
 
 
+_FILL_THEN_COPY = """
+import os, sys
+from pathlib import Path
+from pixfeed.errors import OutputError
+from pixfeed.packers import pack
+from pixfeed.packers.hdf5 import H5Writer
+
+fs, src, store = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+copy = H5Writer.copy_task
+
+def fill_then_copy(self, first, result):  # the disk fills (another writer) just as records go into data.h5
+    fd = os.open(fs / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while os.write(fd, bytes(4096)):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    copy(self, first, result)
+
+H5Writer.copy_task = fill_then_copy
+try:
+    pack(src, fs / "ds", "hdf5", store=store, workers=1, **({"size": 16} if store == "pixels" else {}))
+except OutputError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize("store", ["pixels", "encoded"])
+def test_hdf5_pack_filling_the_disk_ends_with_its_error_not_a_crash(tmp_path, mount, store):
+    """A disk that fills while records are copied into data.h5: the pack reports it, and the process then
+    exits cleanly.  Before, a dataset whose close failed on the full disk stayed open without its file, and
+    HDF5's exit handler crashed the process (SIGSEGV) after the error had been reported."""
+    src = make_tree(tmp_path / "src", per_class=4)
+    fs = mount(tmp_path / "fs", "256k")
+    done = subprocess.run([sys.executable, "-c", _FILL_THEN_COPY, str(fs), str(src), store],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"refused: cannot write the dataset {fs / 'ds'}: No space left on device; nothing was written" \
+        in done.stdout
+    assert sorted(p.name for p in fs.iterdir()) == ["filler"]
+
+
 @pytest.mark.parametrize("fmt", ["mmap", "wds"])
 def test_blocks_are_reserved_only_for_bytes_to_come(tmp_path, mount, fmt):
     """mmap's data.bin and wds's shards reserve their blocks ahead from the source's sizes, except

@@ -9,7 +9,9 @@ source image and shrunk to N at the end when images were skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from itertools import islice
 from typing import Iterator, List
 
@@ -36,6 +38,7 @@ class H5Writer(StagedWriter):
         compression = self.opts.compression
         if compression is not None and compression not in layout.COMPRESSIONS:
             raise OptionError(f"--compression {compression!r}: expected {' or '.join(layout.COMPRESSIONS)}")
+        self._held = []  # the datasets this pack writes, open until data.h5 closes (see abort)
         super().begin(tasks)
 
     def open_output(self) -> h5py.File:
@@ -47,6 +50,7 @@ class H5Writer(StagedWriter):
         except BaseException:
             f.close()
             raise
+        self._held = [f[layout.IMAGES if self.opts.store == "pixels" else layout.ENCODED]]
         return f
 
     def _create(self, f: h5py.File, n: int) -> None:
@@ -57,6 +61,23 @@ class H5Writer(StagedWriter):
         else:
             f.create_dataset(layout.ENCODED, (n,), h5py.vlen_dtype(np.uint8), maxshape=(n,))
 
+    # On a full disk, closing an HDF5 dataset or file can fail (what HDF5 flushes cannot be written), and
+    # HDF5 is then left with a dataset open without its file: freeing it, or HDF5's own exit handler, crashed
+    # the process (a segfault in H5FO_top_decr, after the pack had reported the full disk).  So no dataset is
+    # closed while the pack runs (those it writes are held in ``_held`` until the file closes), every change is
+    # flushed before that close, and a failed pack, whose data.h5 is discarded, has what HDF5 still writes as it
+    # closes go to /dev/null: that close cannot fail for want of space.
+    def abort(self) -> None:
+        if self.output is not None:
+            with contextlib.suppress(Exception):
+                null = os.open(os.devnull, os.O_RDWR)
+                try:
+                    os.dup2(null, self.output.id.get_vfd_handle())
+                finally:
+                    os.close(null)
+        super().abort()
+        self._held = []
+
     def copy_task(self, first: int, result: TaskResult) -> None:
         if self.opts.store == "pixels":
             self._copy_pixels(first, np.asarray(result.kept, dtype=np.int64))
@@ -65,16 +86,19 @@ class H5Writer(StagedWriter):
 
     def complete_output(self, kept: np.ndarray, results: List[TaskResult]) -> None:
         f = self.output
-        f[layout.IMAGES if self.opts.store == "pixels" else layout.ENCODED].resize(len(kept), axis=0)
-        f[layout.LABELS] = self.source.labels[kept].astype("<i8")
-        f[layout.CHECKSUMS] = np.array([c for r in results for c in r.checksums], dtype="<u8")
-        f.create_dataset(layout.KEYS, data=[self.source.keys[i] for i in kept], dtype=h5py.string_dtype("utf-8"))
+        self._held[0].resize(len(kept), axis=0)
+        self._held += [f.create_dataset(layout.LABELS, data=self.source.labels[kept].astype("<i8")),
+                       f.create_dataset(layout.CHECKSUMS, data=np.array([c for r in results for c in r.checksums],
+                                                                        dtype="<u8")),
+                       f.create_dataset(layout.KEYS, data=[self.source.keys[i] for i in kept],
+                                        dtype=h5py.string_dtype("utf-8"))]
         f.attrs.update({"format": layout.FORMAT_ATTR, "store": self.opts.store,
                         "classes": json.dumps(self.source.classes),
                         "options": json.dumps(self.opts.recorded(registry.get("hdf5"))),
                         "schema": json.dumps([field.to_json() for field in self.source.schema])})
         if self.source.schema:
             self._write_fields(f, results)
+        f.flush()  # a full disk fails here, with everything still open, rather than in a dataset's close
 
     def _write_fields(self, f: h5py.File, results: List[TaskResult]) -> None:
         """fields/NAME and field_checksums/NAME, one pass over the staged fields."""
@@ -82,6 +106,7 @@ class H5Writer(StagedWriter):
         rows = [codec.fixed_row(field, self.opts.store, self.opts.size) for field in schema]
         outs = [f.create_dataset(f"{layout.FIELDS}/{field.name}", (n, *row[1]), row[0]) if row else
                 f.create_dataset(f"{layout.FIELDS}/{field.name}", (n,), _vlen(field)) for field, row in zip(schema, rows)]
+        self._held += outs
         for field, out in zip(schema, outs):
             if field.type in ("ndarray", "boxes"):
                 out.attrs["shape"] = json.dumps(list(field.shape))
@@ -98,17 +123,17 @@ class H5Writer(StagedWriter):
                         column[k] = _vlen_value(field, data)
                     out.write_direct(column, dest_sel=np.s_[start:start + len(block)])
         for j, field in enumerate(schema):
-            f[f"{layout.FIELD_CHECKSUMS}/{field.name}"] = np.array(
-                [c[j] for r in results for c in r.field_checksums], dtype="<u8")
+            self._held.append(f.create_dataset(f"{layout.FIELD_CHECKSUMS}/{field.name}", data=np.array(
+                [c[j] for r in results for c in r.field_checksums], dtype="<u8")))
 
     def _copy_pixels(self, first: int, kept: np.ndarray) -> None:
-        images, staged = self.output[layout.IMAGES], self.staging.pixels()
+        images, staged = self._held[0], self.staging.pixels()
         for start in range(0, len(kept), _ROWS):
             rows = kept[start:start + _ROWS]
             images[first + start:first + start + len(rows)] = staged[rows]
 
     def _copy_encoded(self, first: int, result: TaskResult) -> None:
-        encoded = self.output[layout.ENCODED]
+        encoded = self._held[0]
         for block in _blocks(self.staging.records(result)):
             # write_direct, not ``encoded[a:b] = block``: h5py's __setitem__ turns an
             # object array of equal-length rows (one row, or two same-size files) into

@@ -18,6 +18,8 @@ cache proves pixfeed made them (``replace.remove_leftovers``).
 from __future__ import annotations
 
 import datetime
+import os
+import re
 import shutil
 import tempfile
 import time
@@ -211,7 +213,10 @@ def _check_replaceable(dst: Path, overwrite: bool, sources=()) -> None:
 def _output_error(dst: Path, e: OSError) -> OutputError:
     where = f" ({e.filename})" if e.filename else ""
     kept = f"; the existing {dst} is unchanged" if dst.exists() else ""
-    return OutputError(f"cannot write the dataset {dst}: {e.strerror or e}{where}; nothing was written{kept}")
+    # h5py's driver errors carry the system's errno only in their text ("... errno = 28, error message = ...")
+    system = re.search(r"\berrno = (\d+)", str(e))
+    why = os.strerror(int(system[1])) if system else e.strerror or e
+    return OutputError(f"cannot write the dataset {dst}: {why}{where}; nothing was written{kept}")
 
 
 def _manifest(format, source, opts, kept, results, skipped, extra, tmp, known: dict) -> dict:
