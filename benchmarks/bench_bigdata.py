@@ -21,7 +21,7 @@ the over-budget rows.  Everything is measured in one run, as ratios:
   quasi-random order, with depth and WILLNEED; and shuffled from the same
   records repacked as LMDB and HDF5 stored pixels, with depth and WILLNEED,
   and with WILLNEED from the records' ranges looked up as in a pack made
-  before ``extents.npy`` (withdrawn: the same as the rows above today).
+  before ``extents.npy`` (its manifest given without it).
 * a child process in a cgroup limited to half the dataset: two epochs shuffled
   and two quasi-random (``order="quasi_random"``), each read ahead with depth
   and with WILLNEED, against both references; its peak cgroup usage and RSS

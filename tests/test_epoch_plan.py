@@ -1,6 +1,7 @@
 """What each epoch turns on or off (read-ahead hints, the reader thread) and how random crops are seeded."""
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -157,17 +158,26 @@ def test_seeding_follows_what_the_dataset_draws(packs):
 
 
 def test_lmdb_record_extents_are_looked_up_only_for_an_epoch_that_reads_ahead(packs, tmp_path, monkeypatch):
+    """A pack made before extents.npy (the file and its manifest entry gone) looks its records up."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for f in files(packs / "encoded"):
+        if f.name != "extents.npy":
+            (old / f.name).write_bytes(f.read_bytes())
+    manifest = json.loads((old / "pixfeed.json").read_text())
+    del manifest["files"]["extents.npy"]
+    (old / "pixfeed.json").write_text(json.dumps(manifest))
     walks = []
-    cls = type(open_dataset(packs / "encoded"))
+    cls = type(open_dataset(old))
     walk = cls._value_ranges
     monkeypatch.setattr(cls, "_value_ranges", lambda self, records: walks.append(self.path) or walk(self, records))
-    warm = open_dataset(packs / "encoded", size=16)
+    warm = open_dataset(old, size=16)
     list(warm.get_batch(list(range(len(warm)))))  # every record read: warm
     loader = make_loader(warm, 4, num_workers=0)
     assert walks == []  # make_loader itself walks nothing
     list(loader)
     assert loader.pixfeed_plan.hints is False and walks == []
-    cold = evicted_copy(packs / "encoded", tmp_path / "cold")
+    cold = evicted_copy(old, tmp_path / "cold")
     loader = make_loader(open_dataset(cold, size=16), 4, num_workers=0)
     assert walks == []
     list(loader)

@@ -1,7 +1,10 @@
-"""Read-ahead in the sampler's order, the quasi-random order, record extents, and where epochs come from."""
+"""Read-ahead in the sampler's order, the quasi-random order, record extents (LMDB's and HDF5's extents.npy
+written by their packers, or looked up in packs made before it), and where epochs come from."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import threading
 import time
 from collections import Counter
@@ -12,18 +15,23 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from conftest import make_tree
+from pixfeed.checksum import file_hash
 from pixfeed.machine import memory
 from pixfeed.datasets import open_dataset
+from pixfeed.datasets.lmdb import LOOKUPS
 from pixfeed.diagnose.storage import check_cache
 from pixfeed.errors import CorruptDataError, OptionError
-from pixfeed.loaders import cacheplan, make_loader, readahead
+from pixfeed.loaders import cacheplan, epochplan, make_loader, readahead
 from pixfeed.loaders.order import quasi_random
 from pixfeed.loaders.sampler import ResumableSampler
 from pixfeed.packers import pack
 from pixfeed.storage.pagecache import Extents, will_need
 from pixfeed.machine.world import World
+from pixfeed.verify.check import verify
 
 FORMATS = [(f, s) for f in ("mmap", "lmdb", "hdf5") for s in ("pixels", "encoded")]
+SINGLE_WRITER = FORMATS[2:]  # LMDB and HDF5: extents.npy
+NAME = "extents.npy"
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +75,6 @@ def test_extents_of_a_window_of_the_order_are_those_of_its_records(packs, fmt, s
 @pytest.mark.parametrize("store", ["pixels", "encoded"])
 @pytest.mark.parametrize("fits", [True, False])
 def test_mmap_checks_each_record_mapped_or_read(packs, tmp_path, monkeypatch, store, fits):
-    import shutil
-
     from pixfeed.datasets import mmap as reader
 
     monkeypatch.setattr(reader, "fits_in_page_cache", lambda nbytes: fits)
@@ -98,8 +104,6 @@ def test_mmap_checks_each_record_mapped_or_read(packs, tmp_path, monkeypatch, st
 def test_mmap_crops_are_read_whole_checked(packs, tmp_path, monkeypatch, fits, size):
     """get_batch writes each record's crop into the batch in one pass, yet hashes the whole record: a byte
     flipped outside the crop (the first row, which a center crop of 12 from 16 leaves out) still fails it."""
-    import shutil
-
     from pixfeed.datasets import mmap as reader
 
     monkeypatch.setattr(reader, "fits_in_page_cache", lambda nbytes: fits)
@@ -300,4 +304,218 @@ def test_extents_looked_up_record_by_record_are_looked_up_in_parallel_parts(pack
     window = np.random.default_rng(2).permutation(100)[:40]
     starts, lengths = extents.of(window)
     assert np.array_equal(starts, window * 10) and np.array_equal(lengths, np.full(40, 10))
-    assert open_dataset(packs / "lmdb-pixels").record_extents().lookups > 1
+    lmdb = open_dataset(packs / "lmdb-pixels")
+    assert lmdb.record_extents().lookups == 1  # its extents.npy gives them: nothing looked up
+    lmdb.manifest = {**lmdb.manifest, "files": {k: v for k, v in lmdb.manifest["files"].items() if k != "extents.npy"}}
+    assert lmdb.record_extents().lookups > 1  # a pack made before extents.npy
+
+
+# ---- extents.npy: LMDB's and HDF5's record extents written by the packer ----
+
+
+def lookups(dataset) -> tuple:
+    """Every record's (starts, lengths) as a pack without extents.npy finds them: asked of LMDB or HDF5."""
+    every = np.arange(len(dataset))
+    return dataset._value_ranges(every) if dataset.format == "lmdb" else dataset._record_ranges(every)
+
+
+def refile(root, name: str) -> None:
+    """Record ``name``'s size and hash in the manifest as they are now (or drop its entry when it is gone)."""
+    m = json.loads((root / "pixfeed.json").read_text())
+    if (root / name).exists():
+        m["files"][name] = {"bytes": (root / name).stat().st_size, "xxh3_64": file_hash(root / name)}
+    else:
+        del m["files"][name]
+    (root / "pixfeed.json").write_text(json.dumps(m))
+
+
+def older(packs, tmp_path, fmt: str, store: str):
+    """A copy of a pack as made before extents.npy: the file and its manifest entry gone."""
+    root = tmp_path / "old"
+    shutil.copytree(packs / f"{fmt}-{store}", root)
+    (root / NAME).unlink()
+    refile(root, NAME)
+    return root
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """Every epoch reads ahead: the page cache said to hold none of the dataset's pages."""
+    monkeypatch.setattr(epochplan, "resident_fraction", lambda files, runs=None: 0.0)
+
+
+def assert_same_ranges(fmt, store, got, want):
+    assert np.array_equal(got[0], want[0]), (fmt, store)
+    if fmt == "hdf5" and store == "encoded":  # a heap collection: sized for every record in it, not a window's
+        assert (got[1] >= want[1]).all() and (want[1] > 0).all()
+    else:
+        assert np.array_equal(got[1], want[1]), (fmt, store)
+
+
+@pytest.mark.parametrize("fmt,store", SINGLE_WRITER)
+def test_a_fresh_pack_lists_extents_equal_to_the_lookups(packs, monkeypatch, fmt, store):
+    root = packs / f"{fmt}-{store}"
+    manifest = json.loads((root / "pixfeed.json").read_text())
+    assert manifest["files"][NAME]["xxh3_64"] == file_hash(root / NAME)
+    table = np.load(root / NAME, mmap_mode="r", allow_pickle=False)
+    dataset = open_dataset(root)
+    assert table.dtype == np.dtype("<i8") and table.shape == (len(dataset), 2)
+    want = lookups(dataset)
+    assert_same_ranges(fmt, store, (table[:, 0], table[:, 1]), want)
+    cls = type(dataset)
+    for name in ("_value_ranges", "_record_ranges"):  # read-ahead asks the file, never the library
+        if hasattr(cls, name):
+            monkeypatch.setattr(cls, name, lambda self, records: pytest.fail("looked up"))
+    extents = dataset.record_extents()
+    assert extents.lookups == 1
+    window = np.random.default_rng(2).permutation(len(dataset))[:9]
+    starts, lengths = extents.of(window)
+    assert starts.dtype == lengths.dtype == np.int64
+    assert_same_ranges(fmt, store, (starts, lengths), (want[0][window], want[1][window]))
+
+
+@pytest.mark.parametrize("fmt,store", SINGLE_WRITER)
+def test_an_older_pack_without_the_file_reads_ahead_by_lookups(packs, tmp_path, monkeypatch, cold, fmt, store):
+    root = older(packs, tmp_path, fmt, store)
+    dataset = open_dataset(root)
+    cls, asked = type(dataset), []
+    name = "_value_ranges" if fmt == "lmdb" else "_record_ranges"
+    looked_up = getattr(cls, name)
+    monkeypatch.setattr(cls, name, lambda self, records: asked.append(len(records)) or looked_up(self, records))
+    extents = dataset.record_extents()
+    assert extents.lookups == (LOOKUPS if fmt == "lmdb" else 1)
+    fresh = open_dataset(packs / f"{fmt}-{store}").record_extents()
+    assert_same_ranges(fmt, store, (fresh.starts, fresh.lengths), (extents.starts, extents.lengths))
+    assert asked
+    asked.clear()
+    loader = make_loader(open_dataset(root, size=16), 4, num_workers=0, io_ahead=1 << 20)
+    seen = torch.cat([labels for _, labels in loader])
+    assert loader.pixfeed_plan.hints is True and asked  # the epoch's read-ahead looked its records up
+    assert sorted(seen.tolist()) == sorted(dataset.read_labels(np.arange(len(dataset))).tolist())
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+@pytest.mark.parametrize("damage", ["rows", "float", "pickle", "truncated", "missing"])
+def test_a_damaged_extents_file_is_a_named_error(packs, tmp_path, fmt, damage):
+    root = tmp_path / "ds"
+    shutil.copytree(packs / f"{fmt}-pixels", root)
+    table = np.load(root / NAME)
+    if damage == "rows":
+        np.save(root / NAME, table[:-1])
+    elif damage == "float":
+        np.save(root / NAME, table.astype(np.float64))
+    elif damage == "pickle":
+        np.save(root / NAME, np.array([{"start": 0}] * len(table), dtype=object), allow_pickle=True)
+    elif damage == "truncated":
+        (root / NAME).write_bytes((root / NAME).read_bytes()[:100])
+    else:
+        (root / NAME).unlink()
+    if damage != "missing":
+        refile(root, NAME)  # the damage is the pack's own, not a size the file check names at open
+        with pytest.raises(CorruptDataError, match=f"{root / NAME}.*damaged"):
+            open_dataset(root).record_extents()
+    else:
+        with pytest.raises(Exception, match=NAME):
+            open_dataset(root).record_extents()
+    problems = verify(root).problems
+    assert any(NAME in p for p in problems), problems
+
+
+def test_verify_names_a_changed_byte_of_the_extents_file(packs, tmp_path):
+    root = tmp_path / "ds"
+    shutil.copytree(packs / "lmdb-pixels", root)
+    assert verify(root).problems == []
+    data = bytearray((root / NAME).read_bytes())
+    data[-3] ^= 0x40
+    (root / NAME).write_bytes(data)
+    problems = verify(root).problems
+    assert len(problems) == 1 and NAME in problems[0] and "does not match" in problems[0]
+
+
+@pytest.mark.parametrize("fmt,store", SINGLE_WRITER)
+def test_wrong_ranges_are_advice_and_never_change_what_is_read(packs, tmp_path, cold, fmt, store):
+    """Ranges pointing anywhere (past the end, negative, swapped between records) change no pixel or label:
+    the readers read through LMDB and h5py and check checksums; the hints are clipped to the data file."""
+    root = tmp_path / "ds"
+    shutil.copytree(packs / f"{fmt}-{store}", root)
+    size = 16 if store == "pixels" else 24
+
+    def epoch(path):
+        loader = make_loader(open_dataset(path, size=size), 4, shuffle=False, num_workers=0, io_ahead=1 << 20)
+        batches = [(images.clone(), labels.clone()) for images, labels in loader]
+        assert loader.pixfeed_plan.hints is True
+        return batches
+
+    want = epoch(packs / f"{fmt}-{store}")
+    table = np.load(root / NAME)
+    table[::3, 0] = -(1 << 40)
+    table[1::3, 1] = 1 << 62
+    table[2::3] = table[2::3][::-1]
+    np.save(root / NAME, table)
+    refile(root, NAME)
+    starts, lengths = open_dataset(root).record_extents().of(np.arange(len(table)))
+    data = (root / ("data.mdb" if fmt == "lmdb" else "data.h5")).stat().st_size
+    assert (starts >= 0).all() and (lengths >= 0).all() and (starts + lengths <= data).all()
+    got = epoch(root)
+    assert len(got) == len(want)
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("fmt,store", SINGLE_WRITER)
+def test_a_repack_writes_its_own_extents(packs, tmp_path, fmt, store):
+    """Repacked LMDB <-> HDF5 (another format, the records at other places): the new file's own ranges."""
+    other = "hdf5" if fmt == "lmdb" else "lmdb"
+    pack(packs / f"{fmt}-{store}", tmp_path / "new", other, workers=1)
+    dataset = open_dataset(tmp_path / "new")
+    assert dataset.store == store and NAME in dataset.manifest["files"]
+    extents = dataset.record_extents()
+    assert_same_ranges(other, store, (extents.starts, extents.lengths), lookups(dataset))
+    again = tmp_path / "again"
+    pack(tmp_path / "new", again, fmt, workers=1)  # and back: the same ranges as the first pack's
+    table, first = np.load(again / NAME), np.load(packs / f"{fmt}-{store}" / NAME)
+    assert_same_ranges(fmt, store, (table[:, 0], table[:, 1]), lookups(open_dataset(again)))
+    assert table.shape == first.shape
+
+
+def test_hdf5_extents_are_found_without_chunk_iter(packs):
+    """h5py built on HDF5 before 1.12.3 has no chunk_iter: every_extent asks the chunks one by one, to the same
+    ranges, and needs nothing else."""
+    from types import SimpleNamespace
+
+    from pixfeed.datasets.hdf5 import every_extent
+
+    class Older:  # the dataset's id without chunk_iter
+        def __init__(self, dsid):
+            self.dsid = dsid
+
+        def __getattr__(self, name):
+            if name == "chunk_iter":
+                raise AttributeError(name)
+            return getattr(self.dsid, name)
+
+    # the dataset's own handle, as the packer's writer handle: data.h5 opened once
+    data = open_dataset(packs / "hdf5-pixels").handle["data"]
+    older = SimpleNamespace(id=Older(data.id), chunks=data.chunks, shape=data.shape, ndim=data.ndim)
+    got = np.stack(every_extent(older), 1)
+    assert np.array_equal(got, np.load(packs / "hdf5-pixels" / NAME)) and (got[:, 1] > 0).all()
+
+
+def test_a_compressed_hdf5_pack_has_no_extents_file(packs, tmp_path):
+    """HDF5 reads a compressed chunk whole and decompresses it: no read-ahead (as before), so no file."""
+    pack(packs / "src", tmp_path / "lzf", "hdf5", store="pixels", size=16, compression="lzf", workers=1)
+    dataset = open_dataset(tmp_path / "lzf")
+    assert NAME not in dataset.manifest["files"] and not (tmp_path / "lzf" / NAME).exists()
+    assert dataset.record_extents() is None
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+def test_a_pack_into_a_bucket_uploads_the_extents(packs, s3_server, fmt):
+    url = f"s3://pixfeed/extentfile-{fmt}"
+    manifest = pack(packs / "src", url, fmt, store="encoded", workers=1, storage_options=s3_server.options,
+                    overwrite=True)
+    assert NAME in manifest["files"]
+    dataset = open_dataset(url, storage_options=s3_server.options)
+    assert verify(url, storage_options=s3_server.options).problems == []
+    extents = dataset.record_extents()
+    assert_same_ranges(fmt, "encoded", (extents.starts, extents.lengths), lookups(dataset))

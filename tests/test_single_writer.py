@@ -116,7 +116,7 @@ def test_round_trip_equals_mmap(image_tree, tmp_path, fmt, store):
 
 def test_default_store_is_encoded_and_only_data_files_remain(image_tree, tmp_path, fmt):
     m = pack(image_tree, tmp_path / "out", fmt, workers=2)
-    kept = sorted([DATA_FILES[fmt], "keys.json", "keys.offsets.npy", "keys.utf8"])
+    kept = sorted([DATA_FILES[fmt], "extents.npy", "keys.json", "keys.offsets.npy", "keys.utf8"])
     assert m["store"] == "encoded" and sorted(m["files"]) == kept
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(kept + ["pixfeed.json"])
 

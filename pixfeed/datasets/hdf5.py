@@ -10,6 +10,7 @@ import numpy as np
 from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError, OutsideDatasetError, PixfeedError
 from ..layouts import hdf5 as layout
+from ..storage import extentfile
 from ..storage.paths import LINKS_OPTION, open_inside, opened_path
 from ..storage.pagecache import Extents
 from .base import MapImageDataset
@@ -46,7 +47,8 @@ class H5ImageDataset(MapImageDataset):
     index gives its file offset and size); an encoded record lives in HDF5's
     global heap, and its unfiltered reference (length, heap collection address,
     object index) gives the collection's address: the extent is that collection,
-    sized to hold the records that share it.
+    sized to hold the records that share it.  The packer writes every record's
+    extent to ``extents.npy``; packs made before it have them looked up.
     """
     format = "hdf5"
 
@@ -150,14 +152,15 @@ class H5ImageDataset(MapImageDataset):
         return out
 
     def record_extents(self) -> Optional[Extents]:
-        """Where each record's stored bytes lie in ``data.h5`` (found when read-ahead first needs them: a
-        walk over every chunk); None when the layout hides it."""
-        with self._file() as f:
-            if not self.allow_links:
-                check_contained(f, f"{self.path}/{layout.DATA}")
-            data = f[self._records_name]
-            if data.chunks is None or data.id.get_create_plist().get_nfilters():
-                return None
+        """Where each record's stored bytes lie in ``data.h5``: from the pack's ``extents.npy`` (memory-mapped,
+        nothing per record kept, no chunk index read), or, in a pack made before it, looked up in the chunk
+        index as read-ahead needs them; None when the layout hides it."""
+        listed = extentfile.listed(self, layout.DATA, layout.EXTENTS)
+        if listed is not None:
+            return self.lazy_extents(layout.DATA, listed)
+        data = self.handle["data"]  # this process's own handle (checked as it opened): data.h5 opened once
+        if data.chunks is None or data.id.get_create_plist().get_nfilters():
+            return None
         return self.lazy_extents(layout.DATA, self._record_ranges)
 
     def _record_ranges(self, records: np.ndarray) -> tuple:
@@ -166,15 +169,15 @@ class H5ImageDataset(MapImageDataset):
         hold the records (a collection also holding records of a neighbouring chunk is undersized: a
         shorter hint, never a wrong read)."""
         records = np.asarray(records, np.int64)
-        with self._file() as f:
-            data = f[self._records_name]
-            if self.store == "pixels":
-                zeros = (0,) * (len(data.shape) - 1)
-                info = [data.id.get_chunk_info_by_coord((i, *zeros)) for i in records.tolist()]
-                return np.array([c.byte_offset for c in info], np.int64), np.array([c.size for c in info], np.int64)
-            per = data.chunks[0]
-            firsts = np.unique(records // per)
-            refs = b"".join(data.id.read_direct_chunk((int(first) * per,))[1] for first in firsts)
+        # this process's own handle (data.h5 is opened once a process; h5py serialises the lookup threads)
+        data = self.handle["data"]
+        if self.store == "pixels":
+            zeros = (0,) * (len(data.shape) - 1)
+            info = [data.id.get_chunk_info_by_coord((i, *zeros)) for i in records.tolist()]
+            return np.array([c.byte_offset for c in info], np.int64), np.array([c.size for c in info], np.int64)
+        per = data.chunks[0]
+        firsts = np.unique(records // per)
+        refs = b"".join(data.id.read_direct_chunk((int(first) * per,))[1] for first in firsts)
         starts, sizes = _heap_extents(refs, len(refs) // _VLEN_REF.itemsize)
         at = np.searchsorted(firsts, records // per) * per + records % per
         return starts[at], sizes[at]
@@ -245,6 +248,27 @@ def check_contained(f, where: str) -> None:
     if found:
         raise OutsideDatasetError(f"{where}: {found}, outside the dataset; a dataset reads only its own files: pass "
                                   f"{LINKS_OPTION} if you trust it")
+
+
+def every_extent(data) -> Optional[tuple]:
+    """(starts, lengths) of every record of the HDF5 dataset ``data`` (pixels or encoded records), chunk by
+    chunk as ``_record_ranges`` finds those of a few: for the packer's ``extents.npy``, from the writer's own
+    handle once every record is in place.  None where HDF5 does not store the records as they are read (contiguous, filtered)."""
+    if data.chunks is None or data.id.get_create_plist().get_nfilters():
+        return None
+    n, per = data.shape[0], data.chunks[0]
+    if data.ndim == 1:  # variable-length references: the records live in heap collections
+        refs = b"".join(data.id.read_direct_chunk((first,))[1] for first in range(0, n, per))
+        return _heap_extents(refs, n)
+    chunks, zeros = -(-n // per), (0,) * (data.ndim - 1)
+    starts, sizes = np.zeros(chunks, np.int64), np.zeros(chunks, np.int64)
+    # A lookup a chunk, as read-ahead's own lookups make them (h5py's chunk_iter, one walk of the index, needs
+    # HDF5 1.12.3 or later under h5py; this works with every h5py the project supports).
+    for k in range(chunks):
+        info = data.id.get_chunk_info_by_coord((k * per, *zeros))
+        starts[k], sizes[k] = info.byte_offset, info.size
+    which = np.arange(n) // per
+    return starts[which], sizes[which]
 
 
 _VLEN_REF = np.dtype([("length", "<u4"), ("collection", "<u8"), ("index", "<u4")])

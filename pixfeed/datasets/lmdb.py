@@ -14,7 +14,8 @@ the next touch maps them back).  A dataset that fits keeps its mapping: mapping
 pages back costs more than the copy (2.8 vs 8 GB/s for 256x256 records here).  Read-ahead
 (``record_extents``): a record's value is contiguous in the file (overflow pages
 for values larger than a page), at the address LMDB hands out minus the
-address the file is mapped at.
+address the file is mapped at; the packer writes them all to ``extents.npy``,
+and packs made before it have them looked up as read-ahead needs them.
 """
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ import numpy as np
 
 from ..image import buffers as batchbuffers
 from ..errors import CorruptDataError
-from ..layouts.lmdb import DATA, record_key
+from ..layouts.lmdb import DATA, EXTENTS, record_key
 from ..machine.memory import fits_in_page_cache
+from ..storage import extentfile
 from ..storage.paths import open_inside, opened_path
 from ..storage.pagecache import Extents, mapping_base, unmap_pages
 from ..record import Header, field_table, parse
@@ -183,10 +185,14 @@ class LmdbImageDataset(MapImageDataset):
             self._mapped = 0
 
     def record_extents(self) -> Extents:
-        """Where each record's value lies in ``data.mdb``: looked up for the records read-ahead is about to
-        request, a window of the order at a time (nothing per record kept), ``LOOKUPS`` parts at once (a
-        lookup in a cold file waits for the value's first page: 4,000 records of 256x256 read cold at 37 MB/s
-        with them looked up one by one)."""
+        """Where each record's value lies in ``data.mdb``: from the pack's ``extents.npy`` (memory-mapped,
+        nothing per record kept, no lookup waiting on storage), or, in a pack made before it, looked up for
+        the records read-ahead is about to request, a window of the order at a time, ``LOOKUPS`` parts at
+        once (a lookup in a cold file waits for the value's first page: 4,000 records of 256x256 read cold at
+        37 MB/s with them looked up one by one)."""
+        listed = extentfile.listed(self, DATA, EXTENTS)
+        if listed is not None:
+            return self.lazy_extents(DATA, listed)
         extents = self.lazy_extents(DATA, self._value_ranges)
         extents.lookups = LOOKUPS
         return extents

@@ -5,7 +5,10 @@ process copies each finished task into data.h5 in task order while the others
 run: HDF5 has one writer, and a single file
 (rather than per-task files joined by a virtual dataset) stays portable and
 readable by any HDF5 tool.  ``images``/``encoded`` are created with a row per
-source image and shrunk to N at the end when images were skipped.
+source image and shrunk to N at the end when images were skipped.  Once
+every record is in data.h5, its chunk index gives where each lies in it,
+written as ``extents.npy`` once the file is closed (``write_extents``; none
+for compressed pixels).
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from .. import registry
 from ..errors import OptionError
 from ..fields import codec
 from ..fields.array import stored_dtype
+from ..datasets.hdf5 import every_extent
 from ..layouts import hdf5 as layout
+from ..storage import extentfile
 from .fieldparts import FieldParts
 from .staging import StagedWriter
 from .writer import TaskResult
@@ -33,6 +38,7 @@ _ROWS = 256
 class H5Writer(StagedWriter):
     """Stages records, then copies them into data.h5 (one writer) in task order."""
     needs_shape = False  # an encoded row is the file's bytes only
+    _extents = None  # (starts, lengths) found by complete_output, written by write_extents once data.h5 is closed
 
     def begin(self, tasks: List[np.ndarray]) -> None:
         compression = self.opts.compression
@@ -99,6 +105,14 @@ class H5Writer(StagedWriter):
         if self.source.schema:
             self._write_fields(f, results)
         f.flush()  # a full disk fails here, with everything still open, rather than in a dataset's close
+        # where each record lies, from the writer's own handle once every record is in place (chunk addresses do
+        # not move at close); written beside data.h5 once it is closed
+        self._extents = every_extent(self._held[0])
+
+    def write_extents(self, count: int) -> None:
+        found, self._extents = self._extents, None
+        if found is not None:
+            extentfile.write(self.root / layout.EXTENTS, *found)
 
     def _write_fields(self, f: h5py.File, results: List[TaskResult]) -> None:
         """fields/NAME and field_checksums/NAME, one pass over the staged fields."""

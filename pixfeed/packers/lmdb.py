@@ -12,6 +12,8 @@ MapFullError, retrying the transaction; without ``writemap`` the file only
 ever holds written pages.  Any
 other lmdb.Error (a full disk shows as "Input/output error") is raised as an
 OSError naming data.mdb, which ``pack`` reports as an OutputError naming DST.
+Once data.mdb is closed, one read-only cursor pass in key order (record order)
+writes where each value lies in it as ``extents.npy`` (``write_extents``).
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ from typing import Iterator, List, Sequence, Tuple
 import lmdb
 import numpy as np
 
-from ..layouts.lmdb import DATA, META_FORMAT, META_KEY, record_key
+from ..layouts.lmdb import DATA, EXTENTS, META_FORMAT, META_KEY, record_key
 from ..record import HEADER, pack_fields, pack_header
 from ..sources.folder import Source
+from ..storage import extentfile
+from ..storage.pagecache import mapping_base
 from .options import PackOptions
 from .records import Record
 from .staging import StagedWriter
@@ -83,6 +87,32 @@ class LmdbWriter(StagedWriter):
         with self._errors():
             _commit(self.output, [(META_KEY, self._meta(len(kept)))])
             self.output.sync(True)
+
+    def write_extents(self, count: int) -> None:
+        """``extents.npy``: each record's value as the reader finds it (its address in LMDB's map of the
+        file minus the map's base: an offset in data.mdb), one cursor pass over the closed file in key
+        order (a Python step per record: LMDB has no call for many).  py-lmdb touches every page of each
+        value it hands out, so the pass reads the whole file where it is no longer cached (a pack larger
+        than memory): in file order, with the kernel's read-ahead on (0.55 GiB cold: 0.3 s, against 12 s
+        with ``readahead=False``, the readers' setting for random reads)."""
+        starts, lengths = np.empty(count, np.int64), np.empty(count, np.int64)
+        path = self.root / DATA
+        with self._errors():
+            env = lmdb.open(str(path), subdir=False, readonly=True, lock=False, readahead=True)
+            try:
+                base = mapping_base(path)
+                with env.begin(buffers=True) as txn:
+                    cursor = txn.cursor()
+                    found = cursor.set_key(record_key(0))
+                    for j in range(count):
+                        if not found or cursor.key() != record_key(j):
+                            raise OSError(None, f"LMDB holds no record {j} where written", str(path))
+                        value = cursor.value()
+                        starts[j], lengths[j] = np.frombuffer(value, np.uint8).ctypes.data - base, len(value)
+                        found = cursor.next()
+            finally:
+                env.close()
+        extentfile.write(self.root / EXTENTS, starts, lengths)
 
     def _commit_batch(self) -> None:
         with self._errors():

@@ -83,8 +83,9 @@ class StagedWriter(Writer):
     Subclasses implement ``open_output`` (return the handle), ``copy_task``
     (copy one task's records, from ``self.staging.records``, numbered from
     ``first``) and ``complete_output`` (write what needs every record); the
-    handle's ``close`` ends the write.  ``parts`` (in a worker) gives what is
-    staged of a record, unless ``rows`` stages pixels in place.
+    handle's ``close`` ends the write; ``write_extents`` then reads the
+    finished file for its records' byte ranges.  ``parts`` (in a worker) gives
+    what is staged of a record, unless ``rows`` stages pixels in place.
     """
     rows = True
 
@@ -134,8 +135,13 @@ class StagedWriter(Writer):
         self.complete_output(kept, results)
         self.output.close()
         self.output = None
+        self.write_extents(len(kept))
         self.staging.remove()
         return {}
+
+    def write_extents(self, count: int) -> None:
+        """Once the output file is closed and final: write where each of its ``count`` records lies in it
+        (``storage.extentfile``), when the format has such a file."""
 
     def abort(self) -> None:
         if self.output is not None:

@@ -169,6 +169,10 @@ def _check_records(root, manifest: dict, deep: bool, report: Report, progress,
     except (PixfeedError, OSError) as e:
         yield f"records not checked: {e}"
         return
+    try:  # the byte ranges read-ahead is given (an LMDB or HDF5 pack's extents.npy: of the records' count)
+        ds.record_extents() if callable(getattr(ds, "record_extents", None)) else None
+    except (PixfeedError, OSError) as e:
+        yield str(e)
     for start in range(0, len(ds), _CHUNK):
         chunk = range(start, min(start + _CHUNK, len(ds)))
         for i, stored, label, problem in _read(ds, chunk, report):
