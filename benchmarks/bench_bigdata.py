@@ -45,6 +45,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -53,7 +54,7 @@ import numpy as np
 from PIL import Image
 
 from pixfeed.machine import memlimit as _memlimit
-from pixfeed.machine.delays import delay_accounting, process_delays
+from pixfeed.machine.delays import Delays, delay_accounting, process_delays, thread_delays
 from pixfeed.bench.ceilings import memcopy
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
@@ -63,6 +64,7 @@ from pixfeed.storage.depth import sequential_rate
 from pixfeed.storage.pagecache import evict, read_rate, resident_fraction
 
 CLASSES = 100
+POOL_THREAD = "pixfeed-io-depth"  # storage.depth's reader threads
 REFERENCE_DEPTH = 16  # reads in flight of the sequential reference and the rows read with depth
 DISTINCT = 200  # distinct source images; the rest are hard links to them
 
@@ -84,13 +86,16 @@ def source(root: Path, count: int) -> Path:
     return root / "src"
 
 
-def epoch(loader, epochs: int = 1, keep: bool = False) -> dict:
-    """The last of ``epochs`` epochs; the loader (its workers, its mappings) is gone on return unless ``keep``."""
+def epoch(loader, epochs: int = 1, keep: bool = False, each=None) -> dict:
+    """The last of ``epochs`` epochs; the loader (its workers, its mappings) is gone on return unless ``keep``;
+    ``each()`` called at each batch of it."""
     for _ in range(epochs - 1):
         for _ in loader:
             pass
     start, images, nbytes = time.perf_counter(), 0, 0
     for batch, labels in loader:
+        if each is not None:
+            each()
         images += len(labels)
         nbytes += batch.numel()
     seconds = time.perf_counter() - start
@@ -139,10 +144,17 @@ def stall_mark(group: Path) -> dict:
     """Where a read's stall figures start: the clock, this process's delays (all its threads), the cgroup's
     ``memory.stat`` counters and its limit hits."""
     return {"clock": time.perf_counter(), "delays": process_delays(), "stat": _memlimit.stat(group),
-            "hits": _memlimit.usage(group)["failcnt"]}
+            "pool": pool_delays({}), "hits": _memlimit.usage(group)["failcnt"]}
 
 
-def stalls_since(mark: dict, group: Path) -> dict:
+def pool_delays(seen: dict) -> dict:
+    """``seen`` updated with the delays of the depth pool's live threads, by thread id (a thread's figures can be
+    read only while it lives: the pool's threads end once the order's tail is requested)."""
+    seen.update({t.native_id: thread_delays(t.native_id) for t in threading.enumerate() if t.name == POOL_THREAD})
+    return seen
+
+
+def stalls_since(mark: dict, group: Path, pool: Optional[dict] = None) -> dict:
     """Since ``mark``: this process's threads' time in direct reclaim and on refaulted pages (thrashing), each
     summed over threads as a share of the wall time, with the counts of waits; the cgroup's file refaults, major
     faults and limit hits.  Not block I/O: the kernel counts a thread's wait on I/O when another wakes it, and
@@ -150,10 +162,16 @@ def stalls_since(mark: dict, group: Path) -> dict:
     now = stall_mark(group)
     seconds = now["clock"] - mark["clock"]
     spent = now["delays"] - mark["delays"]
+    # the depth pool's own waits (reading ahead is its work; ``pool``: its threads' delays as last seen, by
+    # pool_delays during the read) taken out: what the threads that read batches waited
+    pool = [d - mark["pool"].get(t, Delays(0, 0, 0, 0, 0, 0)) for t, d in {**(pool or {}), **now["pool"]}.items()]
+    outside = lambda kind: None if getattr(spent, f"{kind}_ns") is None else (  # noqa: E731
+        getattr(spent, f"{kind}_ns") - sum(getattr(d, f"{kind}_ns") or 0 for d in pool)) / 1e9 / max(seconds, 1e-9)
     grew = lambda name: now["stat"][name] - mark["stat"][name] if name in now["stat"] else None  # noqa: E731
     return {"seconds": seconds, "reclaim": spent.share("reclaim", seconds), "reclaim_count": spent.reclaim_count,
             "thrashing": spent.share("thrashing", seconds), "thrashing_count": spent.thrashing_count,
-            "delays_reason": spent.reason,
+            "delays_reason": spent.reason, "reader_reclaim": outside("reclaim"),
+            "reader_thrashing": outside("thrashing"),
             "refaults": grew("workingset_refault_file"), "majfaults": grew("pgmajfault"),
             "hits": now["hits"] - mark["hits"]}
 
@@ -177,8 +195,9 @@ def child(group: str, path: str, depth: str) -> None:
             out[name], stalls[name] = [], []
             for _ in range(2):
                 mark = stall_mark(group)
-                out[name].append(epoch(loader, keep=True)["bytes_per_s"])
-                stalls[name].append(stalls_since(mark, group))
+                seen = dict(mark["pool"])
+                out[name].append(epoch(loader, keep=True, each=lambda: pool_delays(seen))["bytes_per_s"])
+                stalls[name].append(stalls_since(mark, group, seen))
             plan = str(loader.pixfeed_plan)
             del loader
             gc.collect()
@@ -323,10 +342,12 @@ def report_stalls(over: dict, depth: int) -> None:
         share = lambda x: "n/a" if x is None else f"{x:.1%}"  # noqa: E731
         return (f"reclaim {share(s['reclaim']):>6} ({s['reclaim_count']} waits), thrashing "
                 f"{share(s['thrashing']):>6} ({s['thrashing_count']} waits); {s['refaults']} refaults, "
-                f"{s['majfaults']} major faults, {s['hits']} limit hits")
+                f"{s['majfaults']} major faults, {s['hits']} limit hits; outside the depth pool: reclaim "
+                f"{share(s.get('reader_reclaim'))}, thrashing {share(s.get('reader_thrashing'))}")
     print("  stalls in the cgroup, per read: the child's threads in direct reclaim and on refaulted pages "
           "(thrashing),\n  summed over threads as a share of the read's wall time; the cgroup's file refaults, "
-          "major faults, limit hits")
+          "major faults, limit hits;\n  and the same delays outside the depth pool's threads (the threads that "
+          "read batches: reading ahead is the pool's work)")
     first = over["stalls"]["sequential_depth"][0]
     if first["delays_reason"]:
         print(f"  (no delay accounting: {first['delays_reason']})")

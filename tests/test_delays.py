@@ -114,18 +114,28 @@ def test_real_accounting_is_turned_on_and_restored():
 
 
 READER = """
-import json, os, sys
-from pixfeed.machine.delays import process_delays
+import json, os, sys, threading
+from pixfeed.machine.delays import process_delays, thread_delays
 from pixfeed.storage.pagecache import evict
 path = sys.argv[1]
 evict([path])
-before = process_delays()
+idle, done = [], threading.Event()
+def wait():  # a second thread that only waits while this one reads
+    idle.append(threading.get_native_id())
+    done.wait()
+other = threading.Thread(target=wait)
+other.start()
+while not idle:
+    pass
+before, mine, its = process_delays(), thread_delays(), thread_delays(idle[0])
 with open(path, "rb", buffering=0) as f:
     while f.read(1 << 20):
         pass
-spent = process_delays() - before
+spent, mine, its = process_delays() - before, thread_delays() - mine, thread_delays(idle[0]) - its
+done.set()
+other.join()
 print(json.dumps({"reason": before.reason, "version": before.version, "count": spent.blkio_count,
-                  "ns": spent.blkio_ns}))
+                  "ns": spent.blkio_ns, "mine": mine.blkio_count, "its": its.blkio_count}))
 """
 
 
@@ -148,6 +158,7 @@ def test_reading_an_evicted_file_adds_block_io_delay(tmp_path):
     got = json.loads(child.stdout.splitlines()[-1])
     assert got["reason"] is None and got["version"] >= 2
     assert got["count"] >= 1 and got["ns"] > 0, got
+    assert got["mine"] >= 1 and got["its"] == 0, got  # one thread's own waits: the reader's, not the idle one's
 
 
 def test_without_root_the_reason_says_so():

@@ -4,7 +4,9 @@ The kernel's delay accounting, read per process through taskstats (generic
 netlink family ``"TASKSTATS"``, ``TASKSTATS_CMD_GET`` with
 ``TASKSTATS_CMD_ATTR_TGID``): the sums over every thread of the process, live
 or exited, so it is the process's own figure, not the machine's (as
-``/proc/pressure/memory`` is under cgroup v1)::
+``/proc/pressure/memory`` is under cgroup v1); ``thread_delays`` asks for one
+thread (``TASKSTATS_CMD_ATTR_PID`` with its native id), e.g. the reader apart
+from a pool whose waits on I/O are its work::
 
     with delay_accounting():                 # kernel.task_delayacct on, the old value back after
         child = subprocess.Popen(...)         # a process started with accounting on, which then runs:
@@ -39,6 +41,7 @@ import errno
 import os
 import socket
 import struct
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -50,7 +53,7 @@ TASK_DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
 NETLINK_GENERIC = 16
 GENL_ID_CTRL, CTRL_CMD_GETFAMILY, CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 0x10, 3, 1, 2
 NLMSG_ERROR, NLM_F_REQUEST = 2, 1
-TASKSTATS_CMD_GET, TASKSTATS_CMD_ATTR_TGID = 1, 2
+TASKSTATS_CMD_GET, TASKSTATS_CMD_ATTR_PID, TASKSTATS_CMD_ATTR_TGID = 1, 1, 2
 TASKSTATS_TYPE_STATS, TASKSTATS_TYPE_AGGR_PID, TASKSTATS_TYPE_AGGR_TGID = 3, 4, 5
 NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port
 GENL = struct.Struct("=BBH")  # command, version, reserved
@@ -179,17 +182,26 @@ def accounting_off() -> Optional[str]:
 
 def process_delays(pid: Optional[int] = None) -> Delays:
     """The delays of process ``pid`` (this one by default), all its threads; fields None where not offered."""
+    return _delays(TASKSTATS_CMD_ATTR_TGID, os.getpid() if pid is None else pid)
+
+
+def thread_delays(tid: Optional[int] = None) -> Delays:
+    """The delays of one thread, ``tid`` (its native id; the calling thread by default): what a reader thread
+    itself waited, apart from helper threads whose waits are their work (a pool reading ahead)."""
+    return _delays(TASKSTATS_CMD_ATTR_PID, threading.get_native_id() if tid is None else tid)
+
+
+def _delays(attribute: int, pid: int) -> Delays:
     off = accounting_off()
     if off is not None:
         return Delays(reason=off)
-    pid = os.getpid() if pid is None else pid
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC) as sock:
             sock.settimeout(5.0)
             sock.bind((0, 0))
             family = _family(sock)
             return parse_stats(_exchange(sock, family, TASKSTATS_CMD_GET,
-                                         _attribute(struct.pack("=I", pid), TASKSTATS_CMD_ATTR_TGID), 2))
+                                         _attribute(struct.pack("=I", pid), attribute), 2))
     except OSError as exc:
         if exc.errno in (errno.EPERM, errno.EACCES):
             return Delays(reason="taskstats needs CAP_NET_ADMIN (root)")
