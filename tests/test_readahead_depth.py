@@ -262,6 +262,22 @@ def test_a_dataset_larger_than_the_page_cache_room_reads_ahead_with_threads(pixe
     assert plan.storage != "disk" and plan.io_depth == 0
 
 
+def test_quasi_random_order_reads_ahead_with_threads(pixels, monkeypatch):
+    """Where WILLNEED is honoured and the dataset fits the page cache, a full shuffle keeps WILLNEED while
+    order='quasi_random' reads its runs of records ahead with the thread pool by default; io_depth=0 still
+    asks for WILLNEED."""
+    monkeypatch.setattr(depth, "_CHOSEN", {})
+    monkeypatch.setattr(depth, "willneed_honoured", lambda p: True)
+    monkeypatch.setattr(cacheplan, "page_cache_room", lambda: 1 << 40)
+    plan = make_loader(open_dataset(pixels), 4, num_workers=0, order="quasi_random").pixfeed_plan
+    assert plan.storage != "disk" and plan.order == "quasi_random"
+    assert plan.io_depth == depth.choose_depth(pixels / "images.npy")[0] >= 1
+    assert plan.reasons["io_depth"].startswith("order='quasi_random'")
+    assert make_loader(open_dataset(pixels), 4, num_workers=0).pixfeed_plan.io_depth == 0
+    assert make_loader(open_dataset(pixels), 4, num_workers=0, order="quasi_random",
+                       io_depth=0).pixfeed_plan.io_depth == 0
+
+
 def test_io_depth_is_checked(pixels):
     with pytest.raises(OptionError, match="io_depth"):
         make_loader(open_dataset(pixels), 4, io_depth=-1)
