@@ -261,12 +261,12 @@ def test_a_dataset_larger_than_the_page_cache_room_keeps_willneed(pixels, monkey
 
 def test_pages_are_dropped_behind_what_is_in_flight_and_no_further(pixels, monkeypatch):
     """A dataset larger than the page cache room: the pages of records two batches behind what the loader may
-    hold in flight are dropped (in process: none in flight without a reader thread, its 2 with one; workers:
-    prefetch_factor each); a dataset that fits keeps its pages."""
+    hold in flight are dropped (workers: prefetch_factor each; in process, the reader thread's 2), or, in
+    process without a reader thread, those before the batch being read; a dataset that fits keeps its pages."""
     nbytes = sum(f.stat().st_size for f in pixels.iterdir())
     monkeypatch.setattr(cacheplan, "page_cache_room", lambda: nbytes // 2)
     plan = lambda **kw: make_loader(open_dataset(pixels), 4, io_depth=0, **kw).pixfeed_plan  # noqa: E731
-    assert plan(num_workers=0, read_ahead=False).drop_behind == 2 * 4
+    assert plan(num_workers=0, read_ahead=False).drop_behind == 4
     assert plan(num_workers=0, read_ahead=True).drop_behind == 4 * 4
     assert plan(num_workers=2, prefetch_factor=3).drop_behind == (2 * 3 + 2) * 4
     monkeypatch.setattr(cacheplan, "page_cache_room", lambda: nbytes * 100)

@@ -160,11 +160,17 @@ def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: A
 def drop_behind(plan: Any, batch_size: int) -> Optional[int]:
     """Positions behind the sampler whose pages read-ahead drops: None (keep them) when the dataset
     fits; else every batch the DataLoader may hold in flight (per worker ``prefetch_factor``; in
-    process the reader thread's 2, none without it), and two more, so no page is dropped before it is
-    read.  No more than that: pages kept behind take the room read-ahead needs (in a cgroup of half
-    0.92 GiB, in process without a reader thread, keeping 4 batches behind instead of 2 read second
-    epochs at 0.76-0.96 of the sequential read against 1.06-1.13, bench_bigdata's pixels)."""
+    process the reader thread's 2) and two more, so no page is dropped before it is read; in process
+    without a reader thread one batch, the one being read (the guarded reader reads a batch per request,
+    so every record drawn before it is read).  No more than that: pages kept behind take the room
+    read-ahead needs (in a cgroup of half 0.92 GiB of 256x256 pixels, in process, keeping 4 batches of 256
+    behind read second epochs at 0.76-0.96 of the sequential read against 1.06-1.13 keeping 2; in a cgroup of
+    a quarter, 2 batches against 1: 0.59-0.67 against 0.69-0.75 with WILLNEED, 0.34-0.35 against 0.77-0.78
+    with threads, quasi-random; bench_bigdata's pack, one process per cgroup)."""
     if plan.storage != "disk":
         return None
-    in_flight = plan.num_workers * (plan.prefetch_factor or 0) if plan.num_workers else 2 * bool(plan.read_ahead)
-    return (in_flight + 2) * batch_size
+    if plan.num_workers:
+        behind = plan.num_workers * (plan.prefetch_factor or 0) + 2
+    else:
+        behind = 4 if plan.read_ahead else 1
+    return behind * batch_size
