@@ -3,6 +3,7 @@
     python benchmarks/bench_bigdata.py                      # ~3 GB of 256x256 pixels, ~4 minutes
     python benchmarks/bench_bigdata.py --records 5000 --encoded 2000 --work /tmp/bd
     python benchmarks/bench_bigdata.py --records 5000 --cold-only   # the sequential references, cold and cgroup epochs
+    python benchmarks/bench_bigdata.py --records 5000 --cold-only --cgroup-fraction 0.25   # a cgroup of a quarter
 
 Needs root and a cgroup v1 memory controller (``/sys/fs/cgroup/memory``) for
 the over-budget rows.  Everything is measured in one run, as ratios:
@@ -22,7 +23,7 @@ the over-budget rows.  Everything is measured in one run, as ratios:
   records repacked as LMDB and HDF5 stored pixels, with depth and WILLNEED,
   and with WILLNEED from the records' ranges looked up as in a pack made
   before ``extents.npy`` (its manifest given without it).
-* a child process in a cgroup limited to half the dataset: two epochs shuffled
+* a child process in a cgroup limited to half the dataset (``--cgroup-fraction``): two epochs shuffled
   and two quasi-random (``order="quasi_random"``), each read ahead with depth
   and with WILLNEED, against both references; its peak cgroup usage and RSS
   growth; for each epoch and for a sequential read with depth in the same
@@ -150,7 +151,12 @@ def stall_mark(group: Path) -> dict:
 def pool_delays(seen: dict) -> dict:
     """``seen`` updated with the delays of the depth pool's live threads, by thread id (a thread's figures can be
     read only while it lives: the pool's threads end once the order's tail is requested)."""
-    seen.update({t.native_id: thread_delays(t.native_id) for t in threading.enumerate() if t.name == POOL_THREAD})
+    for thread in threading.enumerate():
+        if thread.name == POOL_THREAD:
+            try:
+                seen[thread.native_id] = thread_delays(thread.native_id)
+            except ProcessLookupError:  # it ended since enumerate(): its last figures stand
+                pass
     return seen
 
 
@@ -214,8 +220,10 @@ def over_budget(path: Path, limit: int, depth: int) -> dict:
     threads created while it is on) to its end, then back as it was."""
     with _memlimit.memory_cgroup(limit) as group, delay_accounting():
         done = subprocess.run([sys.executable, __file__, "--child", str(group), str(path), str(depth)],
-                              capture_output=True,
-                              text=True, check=True)
+                              capture_output=True, text=True)
+    if done.returncode != 0:  # what the child said (a cgroup too small for the loader, an OOM kill: -9)
+        raise SystemExit(f"the child in a cgroup of {limit / 2**20:.0f} MiB ended with status {done.returncode}:\n"
+                         f"{done.stderr[-3000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -262,6 +270,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/pixfeed-bigdata"))
     parser.add_argument("--io-depth", type=int, default=REFERENCE_DEPTH,
                         help="reads in flight for the rows read with depth and the sequential reference")
+    parser.add_argument("--cgroup-fraction", type=float, default=0.5,
+                        help="the cgroup's memory limit as a fraction of the dataset's bytes (default 0.5)")
     parser.add_argument("--cold-only", action="store_true",
                         help="only the sequential references, cold and over-budget epochs")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -290,7 +300,8 @@ def main() -> None:
         rows[f"cold_shuffled_{fmt}_willneed"] = cold_epoch(other, io_depth=0)["bytes_per_s"]
         rows[f"cold_shuffled_{fmt}_lookups"] = cold_epoch(other, without_extents(other), io_depth=0)["bytes_per_s"]
     gc.collect()
-    rows["over_budget"] = over_budget(pixels, size // 2, args.io_depth) if _memlimit.cgroup_parent() else None
+    rows["over_budget"] = over_budget(pixels, int(size * args.cgroup_fraction), args.io_depth) \
+        if _memlimit.cgroup_parent() else None
     if args.cold_only:
         report_cold(rows, size, args.records)
         return print(json.dumps(rows))
@@ -328,7 +339,7 @@ def report_cold(rows: dict, size: int, records: int) -> None:
     if over:
         for name in ("random", "random_willneed", "quasi_random", "quasi_random_willneed"):
             how = "WILLNEED" if name.endswith("willneed") else f"depth {rows['io_depth']}"
-            print(f"2x the cgroup limit, {name.replace('_willneed', ''):<12} {how:<9} epochs " +
+            print(f"{size / over['cgroup']['limit']:.0f}x the cgroup limit, {name.replace('_willneed', ''):<12} {how:<9} epochs " +
                   ", ".join(f"{r / seq:.0%}" for r in over[name]) + " of one stream, " +
                   ", ".join(f"{r / deep:.0%}" for r in over[name]) + " of sequential with depth")
         print(f"  cgroup peak {over['cgroup']['max_usage'] / 2**20:.0f} MiB of {over['cgroup']['limit'] / 2**20:.0f}"

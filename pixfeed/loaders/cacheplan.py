@@ -84,12 +84,13 @@ def choose_io_ahead(requested: Any, extents: Optional[Extents], room: Optional[i
                    f"{mib(MAX_IO_AHEAD)} and 1/8 of the page cache room)"
 
 
-def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int, order: str = "random") -> tuple:
+def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int, storage: str = "page_cache",
+                    order: str = "random") -> tuple:
     """(reads in flight for read-ahead, reason); 0: advised with ``posix_fadvise(WILLNEED)`` instead.  By default
-    WILLNEED where the kernel honours it (``storage.depth.choose_io_depth``), for a dataset that fits the page
-    cache or not (with pages dropped two batches behind, a cgroup of half the dataset read its epochs as fast
-    with WILLNEED as with threads, the first faster); threads in quasi-random order, whose runs of consecutive
-    records they read as few large pieces."""
+    WILLNEED where the kernel honours it (``storage.depth.choose_io_depth``), but threads for a dataset larger
+    than the page cache this process may keep (``storage == "disk"``): they read only what is asked, when it is
+    asked, and in a tight cgroup the pages they bring in are read before reclaim takes them; and threads in
+    quasi-random order, whose runs of consecutive records they read as few large pieces."""
     if requested != "auto":
         depth = 0 if requested is False else require_int("io_depth", requested, 0, auto=True)
         if depth > MAX_IO_DEPTH:
@@ -100,12 +101,19 @@ def choose_io_depth(requested: Any, extents: Optional[Extents], budget: int, ord
         return depth, "set by caller" + ("" if depth else ": read-ahead asks the kernel (posix_fadvise WILLNEED)")
     if not budget or extents is None:
         return 0, "no read-ahead (io_ahead)"
-    if order != "quasi_random":
+    if storage != "disk" and order != "quasi_random":
         return default_io_depth(extents.path)
     depth, kind = choose_depth(extents.path)  # threads whatever WILLNEED does here: no probe of it needed
+    if storage == "disk":
+        return depth, f"the dataset is larger than the page cache this process may keep: {depth} threads read " \
+                      f"the records ahead ({kind}): {LIMITED_WHY}"
     return depth, f"order='quasi_random': {depth} threads read the runs of records ahead ({kind}): {QUASI_WHY}"
 
 
+LIMITED_WHY = ("in cgroups of half and a quarter of 0.92 GiB of 256x256 pixels on the 2-CPU dev machine, second "
+               "shuffled epochs read at 0.92-1.14 and 0.79 of a cold sequential read with depth with 16 threads, "
+               "against 0.93-1.08 and 0.48 with WILLNEED, whose pages a tight cgroup reclaims before they are read "
+               "(bench_bigdata.py --cold-only --cgroup-fraction 0.5 / 0.25)")
 QUASI_WHY = ("cold quasi-random epochs of 0.92 GiB of 256x256 pixels on the 2-CPU dev machine read at 0.92-1.24 of a "
              "sequential read with 16 reads in flight with 16 threads, against 0.80-1.06 with WILLNEED "
              "(bench_bigdata.py --cold-only, eight runs)")
@@ -148,7 +156,8 @@ def plan_memory(plan: Any, dataset: Any, extents: Optional[Extents], io_ahead: A
     plan.storage, plan.reasons["storage"] = choose_storage(dataset_bytes(dataset), room)
     plan.io_ahead, plan.reasons["io_ahead"] = choose_io_ahead(io_ahead, extents, room)
     plan.order, plan.quasi, plan.reasons["order"] = choose_order(order, shuffle, plan.io_ahead, extents)
-    plan.io_depth, plan.reasons["io_depth"] = choose_io_depth(io_depth, extents, plan.io_ahead, plan.order)
+    plan.io_depth, plan.reasons["io_depth"] = choose_io_depth(io_depth, extents, plan.io_ahead, plan.storage,
+                                                              plan.order)
     if isinstance(dataset, IterableDataset) and plan.order == "random":
         plan.reasons["order"] = own_order(dataset, shuffle)
     plan.order_asked = order
