@@ -178,8 +178,7 @@ def drop_behind(plan: Any, batch_size: int) -> Optional[int]:
     with threads, quasi-random; bench_bigdata's pack, one process per cgroup)."""
     if plan.storage != "disk":
         return None
-    if plan.num_workers:
-        behind = plan.num_workers * (plan.prefetch_factor or 0) + 2
-    else:
-        behind = 4 if plan.read_ahead else 1
-    return behind * batch_size
+    if not plan.num_workers and not plan.read_ahead:
+        return batch_size
+    in_flight = plan.num_workers * (plan.prefetch_factor or 0) if plan.num_workers else 2
+    return (in_flight + 2) * batch_size

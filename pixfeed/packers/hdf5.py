@@ -59,6 +59,11 @@ class H5Writer(StagedWriter):
         self._held = [f[layout.IMAGES if self.opts.store == "pixels" else layout.ENCODED]]
         return f
 
+    @property
+    def _records(self):
+        """The dataset of the records (pixels or encoded), the first of those held."""
+        return self._held[0]
+
     def _create(self, f: h5py.File, n: int) -> None:
         if self.opts.store == "pixels":
             shape = (n, *self.opts.size, 3)
@@ -92,7 +97,7 @@ class H5Writer(StagedWriter):
 
     def complete_output(self, kept: np.ndarray, results: List[TaskResult]) -> None:
         f = self.output
-        self._held[0].resize(len(kept), axis=0)
+        self._records.resize(len(kept), axis=0)
         self._held += [f.create_dataset(layout.LABELS, data=self.source.labels[kept].astype("<i8")),
                        f.create_dataset(layout.CHECKSUMS, data=np.array([c for r in results for c in r.checksums],
                                                                         dtype="<u8")),
@@ -107,7 +112,7 @@ class H5Writer(StagedWriter):
         f.flush()  # a full disk fails here, with everything still open, rather than in a dataset's close
         # where each record lies, from the writer's own handle once every record is in place (chunk addresses do
         # not move at close); written beside data.h5 once it is closed
-        self._extents = every_extent(self._held[0])
+        self._extents = every_extent(self._records)
 
     def write_extents(self, count: int) -> None:
         found, self._extents = self._extents, None
@@ -141,13 +146,13 @@ class H5Writer(StagedWriter):
                 [c[j] for r in results for c in r.field_checksums], dtype="<u8")))
 
     def _copy_pixels(self, first: int, kept: np.ndarray) -> None:
-        images, staged = self._held[0], self.staging.pixels()
+        images, staged = self._records, self.staging.pixels()
         for start in range(0, len(kept), _ROWS):
             rows = kept[start:start + _ROWS]
             images[first + start:first + start + len(rows)] = staged[rows]
 
     def _copy_encoded(self, first: int, result: TaskResult) -> None:
-        encoded = self._held[0]
+        encoded = self._records
         for block in _blocks(self.staging.records(result)):
             # write_direct, not ``encoded[a:b] = block``: h5py's __setitem__ turns an
             # object array of equal-length rows (one row, or two same-size files) into
