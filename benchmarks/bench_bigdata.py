@@ -56,6 +56,7 @@ from PIL import Image
 
 from pixfeed.machine import memlimit as _memlimit
 from pixfeed.machine.delays import Delays, delay_accounting, process_delays, thread_delays
+from pixfeed.machine.memory import memory_stat
 from pixfeed.bench.ceilings import memcopy
 from pixfeed.datasets import open_dataset
 from pixfeed.loaders import make_loader
@@ -144,7 +145,7 @@ def references(data: Path, depth: int) -> dict:
 def stall_mark(group: Path) -> dict:
     """Where a read's stall figures start: the clock, this process's delays (all its threads), the cgroup's
     ``memory.stat`` counters and its limit hits."""
-    return {"clock": time.perf_counter(), "delays": process_delays(), "stat": _memlimit.stat(group),
+    return {"clock": time.perf_counter(), "delays": process_delays(), "stat": memory_stat(group),
             "pool": pool_delays({}), "hits": _memlimit.usage(group)["failcnt"]}
 
 

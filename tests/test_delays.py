@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from pixfeed.machine import delays, memlimit
+from pixfeed.machine import delays
+from pixfeed.machine.memory import memory_stat
 from pixfeed.machine.delays import TaskstatsReplyError, delay_accounting, parse_stats, process_delays
 from pixfeed.storage.pagecache import evict, resident_fraction
 
@@ -185,6 +186,6 @@ def test_without_root_the_reason_says_so():
 
 
 def test_the_cgroup_counters_next_to_the_delays(tmp_path):
-    """memlimit.stat: the cgroup's own memory.stat, which the benchmark reads beside the process's delays."""
+    """memory_stat: the cgroup's own memory.stat, which the benchmark reads beside the process's delays."""
     (tmp_path / "memory.stat").write_text("cache 4096\nworkingset_refault_file 283\npgmajfault 12\n\n")
-    assert memlimit.stat(tmp_path) == {"cache": 4096, "workingset_refault_file": 283, "pgmajfault": 12}
+    assert memory_stat(tmp_path) == {"cache": 4096, "workingset_refault_file": 283, "pgmajfault": 12}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, Optional
+from typing import Iterator, Optional
 
 from pixfeed.machine.memory import own_cgroups
 
@@ -46,12 +46,6 @@ def memory_cgroup(limit: int) -> Iterator[Path]:
 
 def join(group: Path) -> None:
     (Path(group) / "cgroup.procs").write_text(str(os.getpid()))
-
-
-def stat(group: Path) -> Dict[str, int]:
-    """The cgroup's own ``memory.stat`` counters (``workingset_refault_file``, ``pgmajfault``, ...)."""
-    return {name: int(value) for name, value in
-            (line.split() for line in (Path(group) / "memory.stat").read_text().splitlines() if line.strip())}
 
 
 def usage(group: Path) -> dict:

@@ -62,10 +62,16 @@ def own_cgroups(proc: Path = PROC_CGROUP, root: Path = CGROUP_ROOT) -> List[Path
     return [base.joinpath(*parts[:k]) for k in range(len(parts), -1, -1)]
 
 
+def memory_stat(directory: Path) -> Dict[str, int]:
+    """A memory cgroup's ``memory.stat`` counters (``file``/``cache``, ``workingset_refault_file``,
+    ``pgmajfault``, ...); empty where it cannot be read."""
+    lines = (line.split() for line in (read_setting(Path(directory) / "memory.stat") or "").splitlines())
+    return {parts[0]: int(parts[1]) for parts in lines if len(parts) >= 2 and parts[1].isdigit()}
+
+
 def _cached(directory: Path) -> int:
-    stat = dict(line.split()[:2] for line in (read_setting(directory / "memory.stat") or "").splitlines()
-                if len(line.split()) >= 2)
-    return int(stat.get("file", stat.get("cache", 0)))
+    stat = memory_stat(directory)
+    return stat.get("file", stat.get("cache", 0))
 
 
 def page_cache_room(proc: Path = PROC_CGROUP, root: Path = CGROUP_ROOT, info: Path = MEMINFO) -> Optional[int]:
